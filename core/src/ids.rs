@@ -1,0 +1,214 @@
+//! Newtypes for identifiers and hashes, each buildable only through validation.
+//!
+//! A name is never just a `String`: an approver name that passed [`ApproverName::parse`]
+//! cannot contain a space or a newline, so it can sit in a keyring line or a header.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use thiserror::Error;
+
+/// An identifier that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid {what} {value:?}: {rule}")]
+pub struct IdError {
+    /// Which kind of identifier.
+    pub what: &'static str,
+    /// The value given (truncated).
+    pub value: String,
+    /// What a valid one looks like.
+    pub rule: &'static str,
+}
+
+fn check_token(what: &'static str, s: &str, max: usize, extra: &[char]) -> Result<(), IdError> {
+    let ok = !s.is_empty()
+        && s.len() <= max
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError {
+            what,
+            value: s.chars().take(80).collect(),
+            rule:
+                "use 1-64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit",
+        })
+    }
+}
+
+macro_rules! token_newtype {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $extra:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates and wraps a value.
+            pub fn parse(s: &str) -> Result<Self, IdError> {
+                check_token($what, s, 64, $extra)?;
+                Ok(Self(s.to_owned()))
+            }
+            /// The value as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Self::parse(&s).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                Self::parse(s)
+            }
+        }
+    };
+}
+
+token_newtype!(
+    /// An approver's name, as in the keyring and in policies.
+    ApproverName, "approver name", &['.', '_', '-']
+);
+token_newtype!(
+    /// An action kind such as `email.send`; one policy file per kind.
+    Kind, "kind", &['.', '_', '-']
+);
+token_newtype!(
+    /// A proposal id, chosen by the server (random, unguessable).
+    ProposalId, "proposal id", &['-', '_']
+);
+token_newtype!(
+    /// The server's identity, made once at the store's first start and kept forever.
+    ServerId, "server id", &['-', '_']
+);
+token_newtype!(
+    /// The agent identity the server authenticated (`local` without an agents file).
+    AgentName, "agent name", &['.', '_', '-']
+);
+
+/// A SHA-256 digest, shown as 64 lowercase hex characters.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Sha256Hex([u8; 32]);
+
+impl Sha256Hex {
+    /// Hashes bytes.
+    pub fn digest(bytes: &[u8]) -> Self {
+        Self(Sha256::digest(bytes).into())
+    }
+
+    /// Parses exactly 64 lowercase hex characters; anything else is refused, so that
+    /// two spellings of one hash can never both be accepted.
+    pub fn parse(s: &str) -> Result<Self, IdError> {
+        let err = || IdError {
+            what: "sha256",
+            value: s.chars().take(80).collect(),
+            rule: "use 64 lowercase hex characters",
+        };
+        if s.len() != 64 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(err());
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s, &mut out).map_err(|_| err())?;
+        Ok(Self(out))
+    }
+
+    /// The raw digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The lowercase hex form.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The first `n` hex characters, what a human is asked to compare.
+    pub fn prefix(&self, n: usize) -> String {
+        let mut h = self.to_hex();
+        h.truncate(n);
+        h
+    }
+}
+
+impl fmt::Display for Sha256Hex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Sha256Hex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sha256Hex({})", self.to_hex())
+    }
+}
+
+impl Serialize for Sha256Hex {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for Sha256Hex {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::str::FromStr for Sha256Hex {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, IdError> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_refuse_spaces_newlines_and_empty() {
+        for bad in [
+            "",
+            " alice",
+            "al ice",
+            "alice\n",
+            "-alice",
+            "a".repeat(65).as_str(),
+            "ålice",
+        ] {
+            assert!(ApproverName::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            ApproverName::parse("alice.b-c_1").unwrap().as_str(),
+            "alice.b-c_1"
+        );
+    }
+
+    #[test]
+    fn sha256_accepts_only_lowercase_hex_of_64() {
+        let h = Sha256Hex::digest(b"abc");
+        assert_eq!(
+            h.to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(Sha256Hex::parse(&h.to_hex()).unwrap(), h);
+        assert!(Sha256Hex::parse(&h.to_hex().to_uppercase()).is_err());
+        assert!(Sha256Hex::parse(&h.to_hex()[1..]).is_err());
+        assert_eq!(h.prefix(8), "ba7816bf");
+    }
+}

@@ -1,0 +1,421 @@
+//! Approvers' public keys, read from an allowed_signers-like file.
+//!
+//! One approver a line: `<name> ed25519 <base64 public key>`, `#` comments. A name
+//! or a key that appears twice refuses the whole file: one key must never count as
+//! two approvers, and one name must never mean two keys. Weak (small-order) and
+//! non-canonically encoded keys are refused, since `verify_strict` would reject
+//! every signature from them anyway and their presence means a mistake or an attack.
+//!
+//! The secret key file that `signer-cli` keeps on an approver's laptop is also
+//! defined here, so that its format is documented and tested in one place.
+
+use crate::ids::ApproverName;
+use crate::message::{MessageError, Signature};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+use thiserror::Error;
+
+/// An approver's Ed25519 public key: canonical, not of small order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublicKey(VerifyingKey);
+
+/// A public key that was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KeyError {
+    /// Not standard base64 of 32 bytes.
+    #[error("public key is not standard base64 of 32 bytes")]
+    Encoding,
+    /// Not a point on the curve, or a non-canonical encoding of one.
+    #[error("public key is not a canonical Ed25519 point")]
+    NotCanonical,
+    /// A small-order point: signatures under it prove nothing.
+    #[error("public key is weak (small order): generate a new key with `signer-cli keygen`")]
+    Weak,
+}
+
+impl PublicKey {
+    /// Decodes a base64 public key, refusing weak and non-canonical keys.
+    pub fn parse(b64: &str) -> Result<Self, KeyError> {
+        let bytes = STANDARD.decode(b64).map_err(|_| KeyError::Encoding)?;
+        let arr: [u8; 32] = bytes.try_into().map_err(|_| KeyError::Encoding)?;
+        if STANDARD.encode(arr) != b64 {
+            return Err(KeyError::Encoding);
+        }
+        Self::from_bytes(&arr)
+    }
+
+    /// Checks raw key bytes.
+    pub fn from_bytes(arr: &[u8; 32]) -> Result<Self, KeyError> {
+        let vk = VerifyingKey::from_bytes(arr).map_err(|_| KeyError::NotCanonical)?;
+        if vk.is_weak() {
+            return Err(KeyError::Weak);
+        }
+        if vk.to_edwards().compress().to_bytes() != *arr {
+            return Err(KeyError::NotCanonical);
+        }
+        Ok(Self(vk))
+    }
+
+    /// The public half of a secret key.
+    pub fn from_signing_key(sk: &SigningKey) -> Self {
+        Self(sk.verifying_key())
+    }
+
+    /// The base64 form, as written in keyrings and receipts.
+    pub fn to_base64(&self) -> String {
+        STANDARD.encode(self.0.to_bytes())
+    }
+
+    /// The raw key bytes.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.0.to_bytes()
+    }
+
+    /// `verify_strict` of a message.
+    pub fn verify_strict(&self, msg: &[u8], sig: &Signature) -> Result<(), MessageError> {
+        let sig = ed25519_dalek::Signature::from_bytes(&sig.0);
+        self.0
+            .verify_strict(msg, &sig)
+            .map_err(|_| MessageError::BadSignature)
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_base64())
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_base64())
+    }
+}
+
+impl Serialize for PublicKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_base64())
+    }
+}
+
+impl<'de> Deserialize<'de> for PublicKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The approvers the server knows, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keyring {
+    by_name: BTreeMap<ApproverName, PublicKey>,
+}
+
+/// A keyring file that was refused, with the line to fix.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum KeyringError {
+    /// Not `<name> ed25519 <base64 key>`.
+    #[error("line {line}: expected `<name> ed25519 <base64 public key>` ({why})")]
+    Malformed {
+        /// 1-based line number.
+        line: usize,
+        /// What was wrong.
+        why: String,
+    },
+    /// The key on a line was refused.
+    #[error("line {line}: {source}")]
+    Key {
+        /// 1-based line number.
+        line: usize,
+        /// Why.
+        source: KeyError,
+    },
+    /// A name appears twice.
+    #[error("line {line}: approver {name:?} already appears on line {first}: each name once")]
+    DuplicateName {
+        /// Where it appears again.
+        line: usize,
+        /// Where it first appeared.
+        first: usize,
+        /// The name.
+        name: String,
+    },
+    /// A key appears twice, under any names.
+    #[error("line {line}: this key is already {other:?}'s (line {first}): one key cannot count as two approvers")]
+    DuplicateKey {
+        /// Where it appears again.
+        line: usize,
+        /// Where it first appeared.
+        first: usize,
+        /// The approver it already belongs to.
+        other: String,
+    },
+}
+
+impl Keyring {
+    /// Parses keyring text.
+    pub fn parse(text: &str) -> Result<Self, KeyringError> {
+        let mut by_name = BTreeMap::new();
+        let mut name_line: BTreeMap<ApproverName, usize> = BTreeMap::new();
+        let mut key_line: BTreeMap<[u8; 32], (usize, ApproverName)> = BTreeMap::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = i + 1;
+            let l = raw.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let malformed = |why: &str| KeyringError::Malformed {
+                line,
+                why: why.to_owned(),
+            };
+            let [name, algo, key] = fields[..] else {
+                return Err(malformed("wrong number of fields"));
+            };
+            let name = ApproverName::parse(name).map_err(|e| malformed(&e.to_string()))?;
+            if algo != "ed25519" {
+                return Err(malformed("only ed25519 keys are supported"));
+            }
+            let key = PublicKey::parse(key).map_err(|source| KeyringError::Key { line, source })?;
+            if let Some(&first) = name_line.get(&name) {
+                return Err(KeyringError::DuplicateName {
+                    line,
+                    first,
+                    name: name.to_string(),
+                });
+            }
+            if let Some((first, other)) = key_line.get(&key.to_bytes()) {
+                return Err(KeyringError::DuplicateKey {
+                    line,
+                    first: *first,
+                    other: other.to_string(),
+                });
+            }
+            name_line.insert(name.clone(), line);
+            key_line.insert(key.to_bytes(), (line, name.clone()));
+            by_name.insert(name, key);
+        }
+        Ok(Self { by_name })
+    }
+
+    /// The key of an approver.
+    pub fn get(&self, name: &ApproverName) -> Option<&PublicKey> {
+        self.by_name.get(name)
+    }
+
+    /// Whether an approver is known.
+    pub fn contains(&self, name: &ApproverName) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// All approvers, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&ApproverName, &PublicKey)> {
+        self.by_name.iter()
+    }
+
+    /// Number of approvers.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The keyring line for an approver, as `keygen` prints it.
+    pub fn line(name: &ApproverName, key: &PublicKey) -> String {
+        format!("{name} ed25519 {key}")
+    }
+}
+
+/// An approver's secret key, as `signer-cli` stores it (file mode 0600).
+///
+/// Format (version 1), three lines:
+/// ```text
+/// approval-signer-key v1
+/// name: alice
+/// seed: <standard base64 of the 32-byte Ed25519 seed>
+/// ```
+pub struct SecretKey {
+    /// The approver's name, as in the keyring.
+    pub name: ApproverName,
+    /// The key (zeroised on drop by ed25519-dalek).
+    pub key: SigningKey,
+}
+
+/// A secret key file that was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid key file: {0} (expected `approval-signer-key v1`, `name: NAME`, `seed: BASE64`)")]
+pub struct SecretKeyError(pub &'static str);
+
+impl SecretKey {
+    /// Makes a key from a 32-byte seed.
+    pub fn from_seed(name: ApproverName, seed: [u8; 32]) -> Self {
+        Self {
+            name,
+            key: SigningKey::from_bytes(&seed),
+        }
+    }
+
+    /// Reads the file format above.
+    pub fn parse(text: &str) -> Result<Self, SecretKeyError> {
+        let mut lines = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        if lines.next() != Some("approval-signer-key v1") {
+            return Err(SecretKeyError("first line is not `approval-signer-key v1`"));
+        }
+        let name = lines
+            .next()
+            .and_then(|l| l.strip_prefix("name: "))
+            .ok_or(SecretKeyError("missing `name:` line"))?;
+        let name = ApproverName::parse(name).map_err(|_| SecretKeyError("invalid name"))?;
+        let seed = lines
+            .next()
+            .and_then(|l| l.strip_prefix("seed: "))
+            .ok_or(SecretKeyError("missing `seed:` line"))?;
+        let seed: [u8; 32] = STANDARD
+            .decode(seed)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or(SecretKeyError("seed is not base64 of 32 bytes"))?;
+        if lines.next().is_some() {
+            return Err(SecretKeyError("unexpected extra lines"));
+        }
+        Ok(Self::from_seed(name, seed))
+    }
+
+    /// Writes the file format above.
+    pub fn to_file_text(&self) -> String {
+        format!(
+            "approval-signer-key v1\nname: {}\nseed: {}\n",
+            self.name,
+            STANDARD.encode(self.key.to_bytes())
+        )
+    }
+
+    /// The public key.
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey::from_signing_key(&self.key)
+    }
+
+    /// The keyring line to send to whoever runs the server.
+    pub fn keyring_line(&self) -> String {
+        Keyring::line(&self.name, &self.public_key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pk(n: u8) -> String {
+        PublicKey::from_signing_key(&SigningKey::from_bytes(&[n; 32])).to_base64()
+    }
+
+    #[test]
+    fn parses_comments_and_blank_lines() {
+        let text = format!(
+            "# team\n\nalice ed25519 {}\n  bob   ed25519 {}  # x\n",
+            pk(1),
+            pk(2)
+        );
+        // A trailing comment is a fourth field: refused, so nothing is guessed.
+        assert!(matches!(
+            Keyring::parse(&text),
+            Err(KeyringError::Malformed { line: 4, .. })
+        ));
+        let text = format!(
+            "# team\n\nalice ed25519 {}\n  bob   ed25519 {}\n",
+            pk(1),
+            pk(2)
+        );
+        let kr = Keyring::parse(&text).unwrap();
+        assert_eq!(kr.len(), 2);
+        assert!(kr.contains(&ApproverName::parse("bob").unwrap()));
+    }
+
+    #[test]
+    fn refuses_duplicates() {
+        let dn = format!("alice ed25519 {}\nalice ed25519 {}\n", pk(1), pk(2));
+        assert_eq!(
+            Keyring::parse(&dn),
+            Err(KeyringError::DuplicateName {
+                line: 2,
+                first: 1,
+                name: "alice".into()
+            })
+        );
+        let dk = format!("alice ed25519 {}\nbob ed25519 {}\n", pk(1), pk(1));
+        assert_eq!(
+            Keyring::parse(&dk),
+            Err(KeyringError::DuplicateKey {
+                line: 2,
+                first: 1,
+                other: "alice".into()
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_malformed_and_weak_keys() {
+        assert!(matches!(
+            Keyring::parse("alice ed25519\n"),
+            Err(KeyringError::Malformed { line: 1, .. })
+        ));
+        assert!(matches!(
+            Keyring::parse(&format!("alice rsa {}\n", pk(1))),
+            Err(KeyringError::Malformed { line: 1, .. })
+        ));
+        assert!(matches!(
+            Keyring::parse("al ice ed25519 x\n"),
+            Err(KeyringError::Malformed { line: 1, .. })
+        ));
+        assert_eq!(
+            Keyring::parse("alice ed25519 AAAA\n"),
+            Err(KeyringError::Key {
+                line: 1,
+                source: KeyError::Encoding
+            })
+        );
+        // The identity point (small order).
+        let mut id = [0u8; 32];
+        id[0] = 1;
+        assert_eq!(
+            Keyring::parse(&format!("alice ed25519 {}\n", STANDARD.encode(id))),
+            Err(KeyringError::Key {
+                line: 1,
+                source: KeyError::Weak
+            })
+        );
+        // Non-canonical: y = p (encodes 0 non-canonically).
+        let mut nc = [0xffu8; 32];
+        nc[0] = 0xed;
+        nc[31] = 0x7f;
+        assert!(matches!(
+            Keyring::parse(&format!("alice ed25519 {}\n", STANDARD.encode(nc))),
+            Err(KeyringError::Key { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn secret_key_file_round_trips() {
+        let sk = SecretKey::from_seed(ApproverName::parse("alice").unwrap(), [5; 32]);
+        let text = sk.to_file_text();
+        let back = SecretKey::parse(&text).unwrap();
+        assert_eq!(back.public_key(), sk.public_key());
+        assert_eq!(back.keyring_line(), format!("alice ed25519 {}", pk(5)));
+        assert_eq!(
+            SecretKey::parse("").err(),
+            Some(SecretKeyError("first line is not `approval-signer-key v1`"))
+        );
+        assert!(SecretKey::parse(&text.replace("seed: ", "seed: x")).is_err());
+    }
+}

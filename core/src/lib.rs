@@ -1,0 +1,40 @@
+//! `approval-core`: the domain of signed multi-party approval, without I/O.
+//!
+//! Everything that decides whether an action may run lives here, as plain types and
+//! functions, so that the server, `signer-cli` and any system that acts on a receipt
+//! compute the same hashes and the same quorum with the same code. There is no clock
+//! (time is always an argument), no file or network access, and no async runtime.
+//!
+//! The pieces, in the order a proposal meets them:
+//! - [`json`]: the agent's payload is parsed exactly, or refused with a JSON pointer;
+//! - [`preview`]: the canonical preview and its `preview_sha256` (RFC 8785);
+//! - [`policy`] and [`keyring`]: who may approve what, and with which key;
+//! - [`message`]: the exact text an approver signs, signing and `verify_strict`;
+//! - [`quorum`]: the one function that counts signatures;
+//! - [`status`]: the state machine, transitions as functions of the current time;
+//! - [`receipt`]: what the system that acts verifies offline.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod code;
+pub mod ids;
+pub mod json;
+pub mod keyring;
+pub mod message;
+pub mod policy;
+pub mod preview;
+pub mod quorum;
+pub mod receipt;
+pub mod status;
+pub mod time;
+
+pub use code::Code;
+pub use ids::{ApproverName, Kind, ProposalId, ServerId, Sha256Hex};
+pub use keyring::{Keyring, KeyringError, PublicKey};
+pub use message::{Decision, SignedDecision};
+pub use policy::{Policy, PolicyError, PolicySet};
+pub use preview::Preview;
+pub use quorum::{evaluate, QuorumOutcome, Tally};
+pub use receipt::{verify_receipt, Receipt, ReceiptError, VerifiedReceipt};
+pub use status::{Lifecycle, Status, TransitionError};
+pub use time::{Seconds, Timestamp};

@@ -1,0 +1,461 @@
+//! The exact texts approvers sign, and signing and verifying them.
+//!
+//! A decision is signed over `approval-v1\n<decision>\n<preview_sha256>\n<reason>`.
+//! The decision word is inside the signature, so an approval can never be replayed
+//! as a rejection or a resolve, and the reason is last so that it may hold newlines
+//! and is still covered. Reads of the approver API are signed over
+//! `approval-v1-read\n<unix_seconds>\n<METHOD>\n<path and query>`.
+//!
+//! Verification always uses `verify_strict`, which refuses small-order keys and
+//! non-canonical signatures (the malleable cases plain `verify` lets through).
+
+use crate::ids::{ApproverName, Sha256Hex};
+use crate::keyring::{Keyring, PublicKey};
+use crate::time::Timestamp;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use ed25519_dalek::{Signer, SigningKey};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+use thiserror::Error;
+
+/// The longest reason accepted, in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// How far a signed read's timestamp may be from the server's clock, in seconds.
+pub const READ_WINDOW_SECS: i64 = 300;
+
+const DECISION_PREFIX: &str = "approval-v1";
+const READ_PREFIX: &str = "approval-v1-read";
+
+/// What an approver says about a proposal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// Counts toward quorum.
+    Approve,
+    /// Counts toward a veto.
+    Reject,
+    /// Withdraws an approval already given, before the action runs.
+    Revoke,
+    /// Settles an OUTCOME_UNKNOWN proposal as succeeded.
+    ResolveSucceeded,
+    /// Settles an OUTCOME_UNKNOWN proposal as failed.
+    ResolveFailed,
+}
+
+impl Decision {
+    /// Every decision, in a fixed order.
+    pub const ALL: [Decision; 5] = [
+        Decision::Approve,
+        Decision::Reject,
+        Decision::Revoke,
+        Decision::ResolveSucceeded,
+        Decision::ResolveFailed,
+    ];
+
+    /// The wire word, e.g. `resolve-succeeded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Reject => "reject",
+            Decision::Revoke => "revoke",
+            Decision::ResolveSucceeded => "resolve-succeeded",
+            Decision::ResolveFailed => "resolve-failed",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Decision {
+    type Err = MessageError;
+    fn from_str(s: &str) -> Result<Self, MessageError> {
+        Decision::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| MessageError::Decision(s.chars().take(40).collect()))
+    }
+}
+
+/// A signed message or signature that was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum MessageError {
+    /// Not one of the five decision words.
+    #[error(
+        "unknown decision {0:?}: use approve, reject, revoke, resolve-succeeded or resolve-failed"
+    )]
+    Decision(String),
+    /// Reason longer than [`MAX_REASON_CHARS`].
+    #[error("reason is {0} characters long: keep it to at most 1000")]
+    ReasonTooLong(usize),
+    /// The text is not a decision message.
+    #[error("not an approval-v1 message: {0}")]
+    Format(&'static str),
+    /// The hash field is not 64 lowercase hex characters.
+    #[error("invalid preview_sha256 in message: use 64 lowercase hex characters")]
+    Hash,
+    /// The signature is not standard base64 of 64 bytes.
+    #[error("invalid signature encoding: use standard base64 (with padding) of 64 bytes")]
+    SignatureEncoding,
+    /// The signature does not verify under the key (or the key is weak).
+    #[error("signature does not verify for this key, decision and preview hash")]
+    BadSignature,
+}
+
+/// An Ed25519 signature, written as standard base64 with padding.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Signature(pub [u8; 64]);
+
+impl Signature {
+    /// Decodes standard base64 of exactly 64 bytes; non-canonical encodings are refused.
+    pub fn parse(s: &str) -> Result<Self, MessageError> {
+        let bytes = STANDARD
+            .decode(s)
+            .map_err(|_| MessageError::SignatureEncoding)?;
+        let arr: [u8; 64] = bytes
+            .try_into()
+            .map_err(|_| MessageError::SignatureEncoding)?;
+        if STANDARD.encode(arr) != s {
+            return Err(MessageError::SignatureEncoding);
+        }
+        Ok(Self(arr))
+    }
+
+    /// The base64 form.
+    pub fn to_base64(&self) -> String {
+        STANDARD.encode(self.0)
+    }
+}
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Signature({})", self.to_base64())
+    }
+}
+
+impl Serialize for Signature {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_base64())
+    }
+}
+
+impl<'de> Deserialize<'de> for Signature {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Checks a reason's length.
+pub fn check_reason(reason: &str) -> Result<(), MessageError> {
+    let n = reason.chars().count();
+    if n > MAX_REASON_CHARS {
+        return Err(MessageError::ReasonTooLong(n));
+    }
+    Ok(())
+}
+
+/// The exact text signed for a decision.
+pub fn decision_message(
+    decision: Decision,
+    preview_sha256: &Sha256Hex,
+    reason: &str,
+) -> Result<String, MessageError> {
+    check_reason(reason)?;
+    Ok(format!(
+        "{DECISION_PREFIX}\n{decision}\n{preview_sha256}\n{reason}"
+    ))
+}
+
+/// Reads a decision message back into its parts. The reason is everything after
+/// the third newline, newlines included.
+pub fn parse_decision_message(text: &str) -> Result<(Decision, Sha256Hex, String), MessageError> {
+    let mut parts = text.splitn(4, '\n');
+    if parts.next() != Some(DECISION_PREFIX) {
+        return Err(MessageError::Format("first line must be approval-v1"));
+    }
+    let decision: Decision = parts
+        .next()
+        .ok_or(MessageError::Format("missing decision line"))?
+        .parse()?;
+    let hash = parts
+        .next()
+        .ok_or(MessageError::Format("missing hash line"))?;
+    let hash = Sha256Hex::parse(hash).map_err(|_| MessageError::Hash)?;
+    let reason = parts
+        .next()
+        .ok_or(MessageError::Format("missing reason line"))?;
+    check_reason(reason)?;
+    Ok((decision, hash, reason.to_owned()))
+}
+
+/// A decision as an approver sends it, before anything has checked it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedDecision {
+    /// The approver's name in the keyring.
+    pub approver: ApproverName,
+    /// What they decided.
+    pub decision: Decision,
+    /// Free text, signed too (at most 1000 characters).
+    #[serde(default)]
+    pub reason: String,
+    /// Ed25519 over [`decision_message`].
+    pub signature: Signature,
+}
+
+impl SignedDecision {
+    /// Signs a decision with an approver's secret key.
+    pub fn sign(
+        key: &SigningKey,
+        approver: ApproverName,
+        decision: Decision,
+        preview_sha256: &Sha256Hex,
+        reason: &str,
+    ) -> Result<Self, MessageError> {
+        let msg = decision_message(decision, preview_sha256, reason)?;
+        let signature = Signature(key.sign(msg.as_bytes()).to_bytes());
+        Ok(Self {
+            approver,
+            decision,
+            reason: reason.to_owned(),
+            signature,
+        })
+    }
+
+    /// Verifies the signature under `key` for `preview_sha256` with `verify_strict`.
+    pub fn verify(&self, key: &PublicKey, preview_sha256: &Sha256Hex) -> Result<(), MessageError> {
+        let msg = decision_message(self.decision, preview_sha256, &self.reason)?;
+        key.verify_strict(msg.as_bytes(), &self.signature)
+    }
+}
+
+/// The exact text signed for a read of the approver API.
+pub fn read_message(unix_seconds: i64, method: &str, path_and_query: &str) -> String {
+    format!("{READ_PREFIX}\n{unix_seconds}\n{method}\n{path_and_query}")
+}
+
+/// A signed read that was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ReadAuthError {
+    /// No or malformed `Authorization` header.
+    #[error("Authorization must be `Approval <name> <unix_seconds> <base64 signature>`")]
+    Malformed,
+    /// The name is not in the keyring.
+    #[error("approver {0:?} is not in the server's keyring")]
+    UnknownApprover(String),
+    /// Timestamp outside ±300 s of the server's clock.
+    #[error("signed read is {0} s away from the server's clock (allowed ±300 s): check the laptop's clock")]
+    Stale(i64),
+    /// The signature does not verify.
+    #[error("read signature does not verify for this approver, time, method and path")]
+    BadSignature,
+}
+
+/// Builds the `Authorization` header value for a signed read.
+pub fn sign_read(
+    key: &SigningKey,
+    approver: &ApproverName,
+    unix_seconds: i64,
+    method: &str,
+    path_and_query: &str,
+) -> String {
+    let sig = key.sign(read_message(unix_seconds, method, path_and_query).as_bytes());
+    format!(
+        "Approval {approver} {unix_seconds} {}",
+        STANDARD.encode(sig.to_bytes())
+    )
+}
+
+/// Verifies a signed read against the keyring and the server's clock.
+pub fn verify_read(
+    keyring: &Keyring,
+    header: &str,
+    method: &str,
+    path_and_query: &str,
+    now: Timestamp,
+) -> Result<ApproverName, ReadAuthError> {
+    let mut it = header.split(' ');
+    let (Some("Approval"), Some(name), Some(ts), Some(sig), None) =
+        (it.next(), it.next(), it.next(), it.next(), it.next())
+    else {
+        return Err(ReadAuthError::Malformed);
+    };
+    if ts.is_empty() || ts.len() > 12 || !ts.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ReadAuthError::Malformed);
+    }
+    let ts: i64 = ts.parse().map_err(|_| ReadAuthError::Malformed)?;
+    let sig = Signature::parse(sig).map_err(|_| ReadAuthError::Malformed)?;
+    let name = ApproverName::parse(name).map_err(|_| ReadAuthError::Malformed)?;
+    let key = keyring
+        .get(&name)
+        .ok_or_else(|| ReadAuthError::UnknownApprover(name.to_string()))?;
+    let skew = ts - now.unix();
+    if skew.abs() > READ_WINDOW_SECS {
+        return Err(ReadAuthError::Stale(skew));
+    }
+    key.verify_strict(read_message(ts, method, path_and_query).as_bytes(), &sig)
+        .map_err(|_| ReadAuthError::BadSignature)?;
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> SigningKey {
+        SigningKey::from_bytes(&[n; 32])
+    }
+
+    #[test]
+    fn message_format_is_exact() {
+        let h = Sha256Hex::digest(b"x");
+        let m = decision_message(Decision::ResolveFailed, &h, "a\nb").unwrap();
+        assert_eq!(m, format!("approval-v1\nresolve-failed\n{h}\na\nb"));
+        assert_eq!(
+            parse_decision_message(&m).unwrap(),
+            (Decision::ResolveFailed, h, "a\nb".into())
+        );
+    }
+
+    #[test]
+    fn message_refusals() {
+        let h = Sha256Hex::digest(b"x");
+        let long = "é".repeat(1001);
+        assert_eq!(
+            decision_message(Decision::Approve, &h, &long),
+            Err(MessageError::ReasonTooLong(1001))
+        );
+        assert!(decision_message(Decision::Approve, &h, &"é".repeat(1000)).is_ok());
+        assert_eq!(
+            parse_decision_message(&format!("approval-v2\napprove\n{h}\n")),
+            Err(MessageError::Format("first line must be approval-v1"))
+        );
+        assert_eq!(
+            parse_decision_message(&format!("approval-v1\napproved\n{h}\n")),
+            Err(MessageError::Decision("approved".into()))
+        );
+        assert_eq!(
+            parse_decision_message(&format!(
+                "approval-v1\napprove\n{}\n",
+                h.to_hex().to_uppercase()
+            )),
+            Err(MessageError::Hash)
+        );
+        assert_eq!(
+            parse_decision_message(&format!("approval-v1\napprove\n{h}")),
+            Err(MessageError::Format("missing reason line"))
+        );
+    }
+
+    #[test]
+    fn sign_and_verify_binds_decision_hash_and_reason() {
+        let sk = key(7);
+        let pk = PublicKey::from_signing_key(&sk);
+        let h = Sha256Hex::digest(b"x");
+        let alice = ApproverName::parse("alice").unwrap();
+        let d = SignedDecision::sign(&sk, alice, Decision::Approve, &h, "ok").unwrap();
+        assert_eq!(d.verify(&pk, &h), Ok(()));
+        assert_eq!(
+            d.verify(&pk, &Sha256Hex::digest(b"y")),
+            Err(MessageError::BadSignature)
+        );
+        let mut other = d.clone();
+        other.decision = Decision::Reject;
+        assert_eq!(other.verify(&pk, &h), Err(MessageError::BadSignature));
+        let mut other = d.clone();
+        other.reason = "ok ".into();
+        assert_eq!(other.verify(&pk, &h), Err(MessageError::BadSignature));
+        assert_eq!(
+            d.verify(&PublicKey::from_signing_key(&key(8)), &h),
+            Err(MessageError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn signature_encoding_is_canonical() {
+        let s = Signature([1; 64]).to_base64();
+        assert!(Signature::parse(&s).is_ok());
+        assert_eq!(
+            Signature::parse(s.trim_end_matches('=')),
+            Err(MessageError::SignatureEncoding)
+        );
+        assert_eq!(
+            Signature::parse("AAAA"),
+            Err(MessageError::SignatureEncoding)
+        );
+        // Same bytes, different trailing bits: must not be a second spelling.
+        let mut alt = s.clone().into_bytes();
+        let i = alt.len() - 3;
+        alt[i] = if alt[i] == b'Q' { b'R' } else { b'Q' };
+        let alt = String::from_utf8(alt).unwrap();
+        if alt != s {
+            assert!(Signature::parse(&alt)
+                .map(|x| x.to_base64() == alt)
+                .unwrap_or(true));
+        }
+    }
+
+    #[test]
+    fn signed_reads() {
+        let sk = key(9);
+        let alice = ApproverName::parse("alice").unwrap();
+        let kr = Keyring::parse(&format!(
+            "alice ed25519 {}\n",
+            PublicKey::from_signing_key(&sk)
+        ))
+        .unwrap();
+        let now = Timestamp::from_unix(1_800_000_000);
+        let h = sign_read(
+            &sk,
+            &alice,
+            now.unix() - 10,
+            "GET",
+            "/v1/proposals?status=pending",
+        );
+        assert_eq!(
+            verify_read(&kr, &h, "GET", "/v1/proposals?status=pending", now),
+            Ok(alice.clone())
+        );
+        assert_eq!(
+            verify_read(&kr, &h, "GET", "/v1/proposals", now),
+            Err(ReadAuthError::BadSignature)
+        );
+        assert_eq!(
+            verify_read(&kr, &h, "POST", "/v1/proposals?status=pending", now),
+            Err(ReadAuthError::BadSignature)
+        );
+        let old = sign_read(&sk, &alice, now.unix() - 301, "GET", "/v1/proposals");
+        assert_eq!(
+            verify_read(&kr, &old, "GET", "/v1/proposals", now),
+            Err(ReadAuthError::Stale(-301))
+        );
+        let bob = ApproverName::parse("bob").unwrap();
+        let hb = sign_read(&sk, &bob, now.unix(), "GET", "/");
+        assert_eq!(
+            verify_read(&kr, &hb, "GET", "/", now),
+            Err(ReadAuthError::UnknownApprover("bob".into()))
+        );
+        for bad in [
+            "",
+            "Approval",
+            "Bearer x",
+            "Approval alice 1 x y",
+            "Approval alice -1 AAAA",
+        ] {
+            assert_eq!(
+                verify_read(&kr, bad, "GET", "/", now),
+                Err(ReadAuthError::Malformed),
+                "{bad}"
+            );
+        }
+    }
+}

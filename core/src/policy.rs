@@ -1,0 +1,765 @@
+//! Policies: who must approve an action kind, for how long, and what runs.
+//!
+//! One TOML file per kind. A policy that cannot be met, that names an approver the
+//! keyring does not know, or that has a schema that does not compile refuses to
+//! load, with the file, the line and the fix: the service fails closed rather than
+//! guessing. Each loaded policy has a canonical form (JSON, defaults filled in) whose
+//! SHA-256 goes into every preview, so approvers sign the rules along with the action.
+
+use crate::ids::{ApproverName, Kind};
+use crate::json::{self, PayloadError};
+use crate::keyring::Keyring;
+use crate::time::Seconds;
+use crate::Sha256Hex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Default size limit of a payload's canonical form: 64 KiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: u64 = 64 * 1024;
+/// The largest payload limit a policy may set: 4 MiB.
+pub const MAX_MAX_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
+/// The longest executor time-out a policy may set.
+pub const MAX_EXECUTOR_TIMEOUT: Seconds = Seconds::new(3600);
+
+fn default_vetoes() -> u32 {
+    1
+}
+fn default_ttl() -> Seconds {
+    Seconds::new(30 * 60)
+}
+fn default_execute_within() -> Seconds {
+    Seconds::new(10 * 60)
+}
+fn default_max_payload() -> u64 {
+    DEFAULT_MAX_PAYLOAD_BYTES
+}
+fn default_webhook_timeout() -> Seconds {
+    Seconds::new(10)
+}
+fn default_command_timeout() -> Seconds {
+    Seconds::new(60)
+}
+
+/// A group requirement: at least `count` of `group` must be among the approvers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requirement {
+    /// The approvers of the group.
+    pub group: Vec<ApproverName>,
+    /// How many of them must approve.
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// What `approval_execute` does, set by the policy and never by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ExecutorConfig {
+    /// Writes one new file with the payload and reads it back.
+    Note {
+        /// Folder for the notes; default `<data>/sandbox`.
+        #[serde(default)]
+        dir: Option<String>,
+    },
+    /// POSTs `{payload, receipt}` to a URL, once.
+    Webhook {
+        /// `http://` or `https://` URL.
+        url: String,
+        /// Time-out for the whole exchange (default 10s).
+        #[serde(default = "default_webhook_timeout")]
+        timeout: Seconds,
+        /// Extra request headers. They are part of the signed policy, so approvers see them.
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+    },
+    /// Runs a program without a shell, payload JSON on stdin.
+    Command {
+        /// Absolute path of the program.
+        program: String,
+        /// Its arguments.
+        #[serde(default)]
+        args: Vec<String>,
+        /// Time-out after which the process is killed (default 60s).
+        #[serde(default = "default_command_timeout")]
+        timeout: Seconds,
+    },
+}
+
+/// A policy's data in canonical form: what the file says, with defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySpec {
+    /// The action kind it governs.
+    pub kind: Kind,
+    /// A human description.
+    #[serde(default)]
+    pub description: String,
+    /// Distinct approvers needed.
+    pub quorum: u32,
+    /// Who may approve.
+    pub approvers: Vec<ApproverName>,
+    /// Rejections that end the proposal for good.
+    #[serde(default = "default_vetoes")]
+    pub vetoes: u32,
+    /// How long a proposal may wait for quorum.
+    #[serde(default = "default_ttl")]
+    pub ttl: Seconds,
+    /// How long an approval stays executable.
+    #[serde(default = "default_execute_within")]
+    pub execute_within: Seconds,
+    /// Limit on the payload's canonical size in bytes.
+    #[serde(default = "default_max_payload")]
+    pub max_payload_bytes: u64,
+    /// Group requirements.
+    #[serde(default)]
+    pub require: Vec<Requirement>,
+    /// Optional JSON Schema the payload must satisfy.
+    #[serde(default)]
+    pub payload_schema: Option<Value>,
+    /// What execute does.
+    pub executor: ExecutorConfig,
+}
+
+/// A loaded, validated policy.
+#[derive(Clone)]
+pub struct Policy {
+    spec: PolicySpec,
+    canonical: Value,
+    sha256: Sha256Hex,
+    schema: Option<Arc<jsonschema::Validator>>,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("spec", &self.spec)
+            .field("sha256", &self.sha256)
+            .finish()
+    }
+}
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        self.sha256 == other.sha256
+    }
+}
+
+/// A policy that was refused: where, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub struct PolicyError {
+    /// The file (or `<receipt>` for a policy carried in a receipt).
+    pub file: String,
+    /// 1-based line, where known.
+    pub line: Option<usize>,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+/// A payload the policy refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PayloadRefusal {
+    /// JCS cannot carry it exactly.
+    #[error(transparent)]
+    Inexact(#[from] PayloadError),
+    /// Larger than the policy's `max_payload_bytes`.
+    #[error(
+        "payload is {size} bytes in canonical form, over this kind's limit of {limit}: send less"
+    )]
+    TooLarge {
+        /// Canonical size.
+        size: usize,
+        /// The policy's limit.
+        limit: u64,
+    },
+    /// Breaks the policy's `payload_schema`.
+    #[error("payload does not match this kind's schema at {pointer}: {message}")]
+    Schema {
+        /// JSON pointer of the first failing value.
+        pointer: String,
+        /// The validator's message.
+        message: String,
+    },
+}
+
+impl PayloadRefusal {
+    /// The JSON pointer of the offending value (`""` for the whole payload).
+    pub fn pointer(&self) -> &str {
+        match self {
+            PayloadRefusal::Inexact(e) => &e.pointer,
+            PayloadRefusal::TooLarge { .. } => "",
+            PayloadRefusal::Schema { pointer, .. } => pointer,
+        }
+    }
+}
+
+/// The 1-based line of the first `key = ...` in TOML text, for error messages.
+fn line_of_key(src: &str, key: &str) -> Option<usize> {
+    src.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
+}
+
+/// The 1-based line of the `n`th `[[require]]` header.
+fn line_of_require(src: &str, n: usize) -> Option<usize> {
+    src.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == "[[require]]")
+        .nth(n)
+        .map(|(i, _)| i + 1)
+}
+
+fn byte_to_line(src: &str, offset: usize) -> usize {
+    src.as_bytes()[..offset.min(src.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+impl Policy {
+    /// Parses and validates a policy file's text. `file` names it in errors; when it
+    /// ends in `.toml`, its stem must equal the kind (one file per kind, no surprises).
+    /// The keyring check is separate ([`Policy::check_keyring`]).
+    pub fn parse_toml(file: &str, src: &str) -> Result<Self, PolicyError> {
+        let spec: PolicySpec = toml::from_str(src).map_err(|e| PolicyError {
+            file: file.to_owned(),
+            line: e.span().map(|s| byte_to_line(src, s.start)),
+            message: format!("{}; see policies/ for examples", e.message()),
+        })?;
+        let stem = std::path::Path::new(file)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(file);
+        if let Some(stem) = stem.strip_suffix(".toml") {
+            if stem != spec.kind.as_str() {
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: line_of_key(src, "kind"),
+                    message: format!(
+                        "kind {:?} does not match the file name: name the file {}.toml",
+                        spec.kind.as_str(),
+                        spec.kind
+                    ),
+                });
+            }
+        }
+        Self::from_spec_inner(spec, file, Some(src))
+    }
+
+    /// Validates a policy given in canonical JSON form (as carried by a receipt).
+    pub fn from_canonical_json(v: &Value) -> Result<Self, PolicyError> {
+        let spec: PolicySpec = serde_json::from_value(v.clone()).map_err(|e| PolicyError {
+            file: "<receipt>".into(),
+            line: None,
+            message: format!("invalid policy: {e}"),
+        })?;
+        Self::from_spec_inner(spec, "<receipt>", None)
+    }
+
+    /// Validates a spec.
+    pub fn from_spec(spec: PolicySpec) -> Result<Self, PolicyError> {
+        Self::from_spec_inner(spec, "<policy>", None)
+    }
+
+    fn from_spec_inner(
+        spec: PolicySpec,
+        file: &str,
+        src: Option<&str>,
+    ) -> Result<Self, PolicyError> {
+        let at = |key: &str| src.and_then(|s| line_of_key(s, key));
+        let err = |line: Option<usize>, message: String| PolicyError {
+            file: file.to_owned(),
+            line,
+            message,
+        };
+        let n = spec.approvers.len() as u32;
+        if spec.approvers.is_empty() {
+            return Err(err(
+                at("approvers"),
+                "approvers is empty: name at least one approver from the keyring".into(),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for a in &spec.approvers {
+            if !seen.insert(a) {
+                return Err(err(
+                    at("approvers"),
+                    format!("approver \"{a}\" is listed twice: list each once"),
+                ));
+            }
+        }
+        if spec.quorum < 1 || spec.quorum > n {
+            return Err(err(
+                at("quorum"),
+                format!(
+                    "quorum = {} cannot be met with {n} approvers: set 1 ≤ quorum ≤ {n}",
+                    spec.quorum
+                ),
+            ));
+        }
+        if spec.vetoes < 1 || spec.vetoes > n {
+            return Err(err(
+                at("vetoes"),
+                format!(
+                    "vetoes = {} must be between 1 and the number of approvers ({n})",
+                    spec.vetoes
+                ),
+            ));
+        }
+        if spec.max_payload_bytes < 2 || spec.max_payload_bytes > MAX_MAX_PAYLOAD_BYTES {
+            return Err(err(
+                at("max_payload_bytes"),
+                format!(
+                    "max_payload_bytes = {} must be between 2 and {MAX_MAX_PAYLOAD_BYTES}",
+                    spec.max_payload_bytes
+                ),
+            ));
+        }
+        for (i, r) in spec.require.iter().enumerate() {
+            let line = src.and_then(|s| line_of_require(s, i));
+            if r.group.is_empty() {
+                return Err(err(
+                    line,
+                    "require.group is empty: name at least one approver".into(),
+                ));
+            }
+            let mut g = BTreeSet::new();
+            for m in &r.group {
+                if !spec.approvers.contains(m) {
+                    return Err(err(line, format!("require.group names \"{m}\", who is not in approvers: add them to approvers")));
+                }
+                if !g.insert(m) {
+                    return Err(err(line, format!("require.group lists \"{m}\" twice")));
+                }
+            }
+            if r.count < 1 || r.count as usize > r.group.len() {
+                return Err(err(
+                    line,
+                    format!(
+                        "require.count = {} cannot be met by a group of {}: set 1 ≤ count ≤ {}",
+                        r.count,
+                        r.group.len(),
+                        r.group.len()
+                    ),
+                ));
+            }
+        }
+        check_executor(&spec.executor)
+            .map_err(|m| err(at("type").or(at("program")).or(at("url")), m))?;
+        let schema = match &spec.payload_schema {
+            None => None,
+            Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {
+                err(
+                    src.and_then(|s| {
+                        s.lines()
+                            .position(|l| l.trim() == "[payload_schema]")
+                            .map(|i| i + 1)
+                    }),
+                    format!("payload_schema does not compile: {e}"),
+                )
+            })?)),
+        };
+        let canonical = serde_json::to_value(&spec)
+            .map_err(|e| err(None, format!("policy cannot be serialised: {e}")))?;
+        json::check_value(&canonical).map_err(|e| {
+            err(
+                None,
+                format!("policy holds a value JSON cannot carry exactly: {e}"),
+            )
+        })?;
+        let sha256 = Sha256Hex::digest(&json::canonical_bytes(&canonical));
+        Ok(Self {
+            spec,
+            canonical,
+            sha256,
+            schema,
+        })
+    }
+
+    /// Refuses a policy whose approvers are not all in the keyring.
+    pub fn check_keyring(
+        &self,
+        keyring: &Keyring,
+        file: &str,
+        src: Option<&str>,
+    ) -> Result<(), PolicyError> {
+        for a in &self.spec.approvers {
+            if !keyring.contains(a) {
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: src.and_then(|s| line_of_key(s, "approvers")),
+                    message: format!("approver \"{a}\" is not in the keyring: add their line from `signer-cli keygen` or remove them"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy's data.
+    pub fn spec(&self) -> &PolicySpec {
+        &self.spec
+    }
+
+    /// The kind it governs.
+    pub fn kind(&self) -> &Kind {
+        &self.spec.kind
+    }
+
+    /// The canonical JSON form (what receipts carry and the hash covers).
+    pub fn canonical_json(&self) -> &Value {
+        &self.canonical
+    }
+
+    /// `policy_sha256`.
+    pub fn sha256(&self) -> Sha256Hex {
+        self.sha256
+    }
+
+    /// Whether `name` may decide on this kind.
+    pub fn is_approver(&self, name: &ApproverName) -> bool {
+        self.spec.approvers.contains(name)
+    }
+
+    /// Checks a payload: exact JSON, size of its canonical form, schema.
+    pub fn check_payload(&self, payload: &Value) -> Result<(), PayloadRefusal> {
+        json::check_value(payload)?;
+        let size = json::canonical_bytes(payload).len();
+        if size as u64 > self.spec.max_payload_bytes {
+            return Err(PayloadRefusal::TooLarge {
+                size,
+                limit: self.spec.max_payload_bytes,
+            });
+        }
+        if let Some(schema) = &self.schema {
+            if let Some(e) = schema.iter_errors(payload).next() {
+                return Err(PayloadRefusal::Schema {
+                    pointer: e.instance_path().to_string(),
+                    message: e.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_executor(e: &ExecutorConfig) -> Result<(), String> {
+    match e {
+        ExecutorConfig::Note { dir } => {
+            if dir
+                .as_deref()
+                .is_some_and(|d| d.is_empty() || d.contains('\0'))
+            {
+                return Err("executor.dir must be a non-empty path".into());
+            }
+        }
+        ExecutorConfig::Webhook {
+            url,
+            timeout,
+            headers,
+        } => {
+            let rest = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"));
+            if !rest.is_some_and(|r| {
+                !r.is_empty()
+                    && !r.starts_with('/')
+                    && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+            }) {
+                return Err(format!(
+                    "executor.url {url:?} must be an http:// or https:// URL"
+                ));
+            }
+            if *timeout > MAX_EXECUTOR_TIMEOUT {
+                return Err(format!(
+                    "executor.timeout {timeout} is over the limit of 1h"
+                ));
+            }
+            for (k, v) in headers {
+                let name_ok = !k.is_empty()
+                    && k.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !name_ok || v.chars().any(|c| c.is_control()) {
+                    return Err(format!(
+                        "executor.headers entry {k:?} is not a valid HTTP header"
+                    ));
+                }
+                if k.eq_ignore_ascii_case("idempotency-key")
+                    || k.eq_ignore_ascii_case("content-type")
+                {
+                    return Err(format!(
+                        "executor.headers may not set {k:?}: the server sets it"
+                    ));
+                }
+            }
+        }
+        ExecutorConfig::Command {
+            program,
+            args,
+            timeout,
+        } => {
+            if !program.starts_with('/') || program.contains('\0') {
+                return Err(format!("executor.program {program:?} must be an absolute path (no shell, no PATH lookup)"));
+            }
+            if args.iter().any(|a| a.contains('\0')) {
+                return Err("executor.args may not contain NUL".into());
+            }
+            if *timeout > MAX_EXECUTOR_TIMEOUT {
+                return Err(format!(
+                    "executor.timeout {timeout} is over the limit of 1h"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every policy in force, by kind.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySet {
+    by_kind: BTreeMap<Kind, Arc<Policy>>,
+}
+
+impl PolicySet {
+    /// Loads policies from `(file name, text)` pairs and checks them against the
+    /// keyring. Every error is returned, so `approval-server check` can list them all.
+    pub fn load(files: &[(String, String)], keyring: &Keyring) -> Result<Self, Vec<PolicyError>> {
+        let mut by_kind: BTreeMap<Kind, Arc<Policy>> = BTreeMap::new();
+        let mut first_file: BTreeMap<Kind, String> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for (file, src) in files {
+            let p = match Policy::parse_toml(file, src) {
+                Ok(p) => p,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            if let Err(e) = p.check_keyring(keyring, file, Some(src)) {
+                errors.push(e);
+                continue;
+            }
+            if let Some(f) = first_file.get(p.kind()) {
+                errors.push(PolicyError {
+                    file: file.clone(),
+                    line: line_of_key(src, "kind"),
+                    message: format!(
+                        "kind {:?} is already defined in {f}: one file per kind",
+                        p.kind().as_str()
+                    ),
+                });
+                continue;
+            }
+            first_file.insert(p.kind().clone(), file.clone());
+            by_kind.insert(p.kind().clone(), Arc::new(p));
+        }
+        if errors.is_empty() {
+            Ok(Self { by_kind })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The policy for a kind.
+    pub fn get(&self, kind: &Kind) -> Option<&Arc<Policy>> {
+        self.by_kind.get(kind)
+    }
+
+    /// All policies, sorted by kind.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Policy>> {
+        self.by_kind.values()
+    }
+
+    /// Number of kinds.
+    pub fn len(&self) -> usize {
+        self.by_kind.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_kind.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keyring::PublicKey;
+    use ed25519_dalek::SigningKey;
+    use serde_json::json;
+
+    pub(crate) fn keyring() -> Keyring {
+        let mut text = String::new();
+        for (i, n) in ["alice", "bob", "carol"].iter().enumerate() {
+            let pk = PublicKey::from_signing_key(&SigningKey::from_bytes(&[i as u8 + 1; 32]));
+            text.push_str(&format!("{n} ed25519 {pk}\n"));
+        }
+        Keyring::parse(&text).unwrap()
+    }
+
+    const GOOD: &str = r#"kind = "email.send"
+description = "Send an email"
+quorum = 2
+approvers = ["alice", "bob", "carol"]
+ttl = "30m"
+execute_within = "10m"
+[[require]]
+group = ["carol"]
+count = 1
+[payload_schema]
+type = "object"
+required = ["to", "subject"]
+[executor]
+type = "note"
+"#;
+
+    fn parse(src: &str) -> Result<Policy, PolicyError> {
+        Policy::parse_toml("email.send.toml", src)
+    }
+
+    #[test]
+    fn good_policy_loads_with_defaults() {
+        let p = parse(GOOD).unwrap();
+        assert_eq!(p.spec().vetoes, 1);
+        assert_eq!(p.spec().max_payload_bytes, 65536);
+        assert_eq!(p.canonical_json()["ttl"], json!("30m"));
+        assert_eq!(
+            p.canonical_json()["executor"],
+            json!({"type": "note", "dir": null})
+        );
+        let back = Policy::from_canonical_json(p.canonical_json()).unwrap();
+        assert_eq!(back.sha256(), p.sha256());
+        assert!(p.check_keyring(&keyring(), "f", None).is_ok());
+    }
+
+    #[test]
+    fn hash_ignores_formatting_but_not_content() {
+        let reformatted = GOOD
+            .replace("quorum = 2", "quorum=2   # two")
+            .replace("ttl = \"30m\"", "ttl = \"1800s\"");
+        assert_eq!(
+            parse(&reformatted).unwrap().sha256(),
+            parse(GOOD).unwrap().sha256()
+        );
+        assert_ne!(
+            parse(&GOOD.replace("quorum = 2", "quorum = 3"))
+                .unwrap()
+                .sha256(),
+            parse(GOOD).unwrap().sha256()
+        );
+    }
+
+    fn err_of(src: &str) -> PolicyError {
+        parse(src).unwrap_err()
+    }
+
+    #[test]
+    fn refusals_name_line_and_fix() {
+        let e = err_of(&GOOD.replace("quorum = 2", "quorum = 4"));
+        assert_eq!(e.line, Some(3));
+        assert!(e.message.contains("cannot be met with 3 approvers"), "{e}");
+        assert_eq!(
+            err_of(&GOOD.replace("quorum = 2", "quorum = 0")).line,
+            Some(3)
+        );
+        let e = err_of(&GOOD.replace("count = 1", "count = 2"));
+        assert_eq!(
+            (e.line, e.message.contains("cannot be met by a group of 1")),
+            (Some(7), true),
+            "{e}"
+        );
+        let e = err_of(&GOOD.replace("group = [\"carol\"]", "group = [\"dave\"]"));
+        assert!(e.message.contains("not in approvers"), "{e}");
+        let e = err_of(&GOOD.replace("ttl = \"30m\"", "ttl = \"30 minutes\""));
+        assert_eq!(e.line, Some(5), "{e}");
+        assert!(e.message.contains("invalid duration"), "{e}");
+        let e = err_of(&GOOD.replace("quorum = 2", "quorum = 2\nquorom = 2"));
+        assert_eq!(e.line, Some(4), "{e}");
+        let e = err_of(&GOOD.replace("type = \"object\"", "type = \"objekt\""));
+        assert!(e.message.contains("payload_schema does not compile"), "{e}");
+        assert_eq!(e.line, Some(10));
+        let e = err_of(&GOOD.replace("type = \"note\"", "type = \"shell\""));
+        assert!(e.message.contains("shell"), "{e}");
+        let e = err_of(&GOOD.replace("type = \"note\"", "type = \"command\"\nprogram = \"ls\""));
+        assert!(e.message.contains("absolute path"), "{e}");
+        let e = err_of(&GOOD.replace("type = \"note\"", "type = \"webhook\"\nurl = \"ftp://x\""));
+        assert!(e.message.contains("http:// or https://"), "{e}");
+        let e = err_of(&GOOD.replace("\"alice\", \"bob\"", "\"alice\", \"alice\""));
+        assert!(e.message.contains("listed twice"), "{e}");
+        let e = Policy::parse_toml("other.toml", GOOD).unwrap_err();
+        assert!(e.message.contains("name the file email.send.toml"), "{e}");
+        let e = err_of(&GOOD.replace("[executor]\ntype = \"note\"\n", ""));
+        assert!(e.message.contains("executor"), "{e}");
+    }
+
+    #[test]
+    fn keyring_membership_and_duplicate_kinds() {
+        let kr = Keyring::parse(
+            &keyring()
+                .iter()
+                .take(2)
+                .map(|(n, k)| Keyring::line(n, k) + "\n")
+                .collect::<String>(),
+        )
+        .unwrap();
+        let errs = PolicySet::load(&[("email.send.toml".into(), GOOD.into())], &kr).unwrap_err();
+        assert!(
+            errs[0].message.contains("\"carol\" is not in the keyring"),
+            "{}",
+            errs[0]
+        );
+        assert_eq!(errs[0].line, Some(4));
+        let errs = PolicySet::load(
+            &[
+                ("email.send.toml".into(), GOOD.into()),
+                ("x/email.send.toml".into(), GOOD.into()),
+            ],
+            &keyring(),
+        )
+        .unwrap_err();
+        assert!(errs[0].message.contains("already defined"), "{}", errs[0]);
+        let set = PolicySet::load(&[("email.send.toml".into(), GOOD.into())], &keyring()).unwrap();
+        assert!(set.get(&Kind::parse("email.send").unwrap()).is_some());
+        assert!(set.get(&Kind::parse("email.sned").unwrap()).is_none());
+    }
+
+    #[test]
+    fn payload_checks() {
+        let p = parse(GOOD).unwrap();
+        assert!(p.check_payload(&json!({"to": "a", "subject": "b"})).is_ok());
+        let e = p.check_payload(&json!({"to": "a"})).unwrap_err();
+        assert!(matches!(e, PayloadRefusal::Schema { .. }), "{e}");
+        let small = parse(&GOOD.replace("ttl =", "max_payload_bytes = 40\nttl =")).unwrap();
+        let e = small
+            .check_payload(&json!({"to": "a", "subject": "x".repeat(40)}))
+            .unwrap_err();
+        assert!(
+            matches!(e, PayloadRefusal::TooLarge { limit: 40, .. }),
+            "{e}"
+        );
+        let e = p
+            .check_payload(&json!({"to": 9007199254740993u64, "subject": "b"}))
+            .unwrap_err();
+        assert_eq!(e.pointer(), "/to");
+    }
+}

@@ -1,0 +1,297 @@
+//! Receipts: proof of approval that the system which acts can check offline.
+//!
+//! A receipt carries the preview, its hash, the canonical policy and the signed
+//! decisions. [`verify_receipt`] trusts none of it: it recomputes the preview hash
+//! from the preview, the policy hash from the policy, checks every signature
+//! against the *verifier's* keyring, and recounts the quorum with
+//! [`crate::quorum::evaluate`]. A [`VerifiedReceipt`] can only be made by it.
+//!
+//! Note that the policy travels inside the receipt, bound to the approvals by the
+//! `policy_sha256` in the signed preview. A system that acts should also compare
+//! [`VerifiedReceipt::policy_sha256`] (or the quorum it states) with the policy it
+//! expects, so that a server cannot present approvals gathered under a weaker one.
+
+use crate::ids::{ApproverName, ServerId, Sha256Hex};
+use crate::json::{self, PayloadError};
+use crate::keyring::{Keyring, PublicKey};
+use crate::message::{Decision, Signature, SignedDecision};
+use crate::policy::{Policy, PolicyError};
+use crate::preview::{Preview, PreviewError};
+use crate::quorum::{evaluate, Ignored, QuorumOutcome};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+/// One signed decision as a receipt carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptDecision {
+    /// The approver's name.
+    pub approver: ApproverName,
+    /// Their public key, for the reader's convenience (the verifier's keyring decides).
+    pub public_key: PublicKey,
+    /// The decision.
+    pub decision: Decision,
+    /// The signed reason.
+    pub reason: String,
+    /// The signature.
+    pub signature: Signature,
+}
+
+/// A receipt, as written to disk or sent over the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    /// The preview object.
+    pub preview: Value,
+    /// Its claimed hash.
+    pub preview_sha256: Sha256Hex,
+    /// The canonical policy.
+    pub policy: Value,
+    /// The decisions that counted.
+    pub decisions: Vec<ReceiptDecision>,
+}
+
+/// Why a receipt was refused.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum ReceiptError {
+    /// The receipt is not valid JSON of the right shape.
+    #[error("not a receipt: {0}")]
+    Shape(String),
+    /// The preview is malformed.
+    #[error(transparent)]
+    Preview(#[from] PreviewError),
+    /// The preview does not hash to the claimed value.
+    #[error("preview_sha256 mismatch: receipt claims {claimed}, preview hashes to {computed}")]
+    HashMismatch {
+        /// What the receipt says.
+        claimed: Sha256Hex,
+        /// What the preview hashes to.
+        computed: Sha256Hex,
+    },
+    /// The policy is malformed.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The policy does not hash to the preview's `policy_sha256`.
+    #[error(
+        "policy does not match the preview's policy_sha256 {expected} (it hashes to {computed})"
+    )]
+    PolicyMismatch {
+        /// From the preview.
+        expected: Sha256Hex,
+        /// Of the policy given.
+        computed: Sha256Hex,
+    },
+    /// The policy is for another kind.
+    #[error("policy governs kind {policy} but the preview is of kind {preview}")]
+    KindMismatch {
+        /// The policy's kind.
+        policy: String,
+        /// The preview's kind.
+        preview: String,
+    },
+    /// The preview is from another server.
+    #[error("preview is from server {found}, expected {expected}")]
+    ServerMismatch {
+        /// Expected.
+        expected: String,
+        /// Found.
+        found: String,
+    },
+    /// A decision does not hold up.
+    #[error("decision {index} by {approver:?} refused: {why}")]
+    Decision {
+        /// Position in `decisions`.
+        index: usize,
+        /// Who it claims to be from.
+        approver: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// The valid decisions do not reach the policy's quorum.
+    #[error("quorum not reached: {0:?}")]
+    NoQuorum(QuorumOutcome),
+    /// Too late for this approval to be acted on.
+    #[error("approval window closed at {0}")]
+    Expired(Timestamp),
+}
+
+impl From<PayloadError> for ReceiptError {
+    fn from(e: PayloadError) -> Self {
+        ReceiptError::Shape(e.to_string())
+    }
+}
+
+impl Receipt {
+    /// Builds a receipt from a proposal's preview, policy and decisions, keeping
+    /// the decisions that count (with the keyring's keys).
+    pub fn build(
+        preview: &Preview,
+        policy: &Policy,
+        keyring: &Keyring,
+        decisions: &[SignedDecision],
+    ) -> Self {
+        let hash = preview.sha256();
+        let tally = evaluate(policy, keyring, &hash, decisions);
+        let ignored: Vec<usize> = tally.ignored.iter().map(|(i, _)| *i).collect();
+        let decisions = decisions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !ignored.contains(i))
+            .filter_map(|(_, d)| {
+                keyring.get(&d.approver).map(|k| ReceiptDecision {
+                    approver: d.approver.clone(),
+                    public_key: *k,
+                    decision: d.decision,
+                    reason: d.reason.clone(),
+                    signature: d.signature,
+                })
+            })
+            .collect();
+        Self {
+            preview: preview.to_value(),
+            preview_sha256: hash,
+            policy: policy.canonical_json().clone(),
+            decisions,
+        }
+    }
+
+    /// Reads a receipt from JSON text with the exact parser.
+    pub fn from_json_text(text: &str) -> Result<Self, ReceiptError> {
+        let v = json::parse_exact(text)?;
+        serde_json::from_value(v).map_err(|e| ReceiptError::Shape(e.to_string()))
+    }
+}
+
+/// A receipt that [`verify_receipt`] accepted. Only that function makes one.
+#[derive(Debug, Clone)]
+pub struct VerifiedReceipt {
+    preview: Preview,
+    preview_sha256: Sha256Hex,
+    policy: Policy,
+    approvers: Vec<ApproverName>,
+}
+
+impl VerifiedReceipt {
+    /// The verified preview.
+    pub fn preview(&self) -> &Preview {
+        &self.preview
+    }
+    /// Its hash.
+    pub fn preview_sha256(&self) -> Sha256Hex {
+        self.preview_sha256
+    }
+    /// The policy it was approved under.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+    /// `policy_sha256`, to compare with the policy the acting system expects.
+    pub fn policy_sha256(&self) -> Sha256Hex {
+        self.policy.sha256()
+    }
+    /// Who approved (each counted once).
+    pub fn approvers(&self) -> &[ApproverName] {
+        &self.approvers
+    }
+}
+
+/// Verifies a receipt from scratch against the verifier's keyring.
+///
+/// With `now`, also refuses a receipt whose approval window has certainly closed:
+/// after the preview's `expires_at` plus the policy's `execute_within` (the latest
+/// moment any approval of it could still have been executable).
+pub fn verify_receipt(
+    receipt: &Receipt,
+    keyring: &Keyring,
+    now: Option<Timestamp>,
+) -> Result<VerifiedReceipt, ReceiptError> {
+    verify_receipt_for_server(receipt, keyring, now, None)
+}
+
+/// [`verify_receipt`], also requiring the preview to come from `server_id`.
+pub fn verify_receipt_for_server(
+    receipt: &Receipt,
+    keyring: &Keyring,
+    now: Option<Timestamp>,
+    server_id: Option<&ServerId>,
+) -> Result<VerifiedReceipt, ReceiptError> {
+    let preview = Preview::from_value(&receipt.preview)?;
+    let computed = Sha256Hex::digest(&json::canonical_bytes(&receipt.preview));
+    if computed != receipt.preview_sha256 {
+        return Err(ReceiptError::HashMismatch {
+            claimed: receipt.preview_sha256,
+            computed,
+        });
+    }
+    if let Some(expected) = server_id {
+        if &preview.server_id != expected {
+            return Err(ReceiptError::ServerMismatch {
+                expected: expected.to_string(),
+                found: preview.server_id.to_string(),
+            });
+        }
+    }
+    let policy = Policy::from_canonical_json(&receipt.policy)?;
+    let policy_hash = Sha256Hex::digest(&json::canonical_bytes(&receipt.policy));
+    if policy_hash != preview.policy_sha256 || policy.sha256() != preview.policy_sha256 {
+        return Err(ReceiptError::PolicyMismatch {
+            expected: preview.policy_sha256,
+            computed: policy_hash,
+        });
+    }
+    if policy.kind() != &preview.kind {
+        return Err(ReceiptError::KindMismatch {
+            policy: policy.kind().to_string(),
+            preview: preview.kind.to_string(),
+        });
+    }
+    if let Some(now) = now {
+        let closes = preview.expires_at.plus(policy.spec().execute_within);
+        if now >= closes {
+            return Err(ReceiptError::Expired(closes));
+        }
+    }
+    let signed: Vec<SignedDecision> = receipt
+        .decisions
+        .iter()
+        .map(|d| SignedDecision {
+            approver: d.approver.clone(),
+            decision: d.decision,
+            reason: d.reason.clone(),
+            signature: d.signature,
+        })
+        .collect();
+    for (i, d) in receipt.decisions.iter().enumerate() {
+        if keyring.get(&d.approver).is_some_and(|k| k != &d.public_key) {
+            return Err(ReceiptError::Decision {
+                index: i,
+                approver: d.approver.to_string(),
+                why: "public key differs from the verifier's keyring",
+            });
+        }
+    }
+    let tally = evaluate(&policy, keyring, &receipt.preview_sha256, &signed);
+    if let Some((i, why)) = tally.ignored.first() {
+        return Err(ReceiptError::Decision {
+            index: *i,
+            approver: receipt.decisions[*i].approver.to_string(),
+            why: match why {
+                Ignored::UnknownApprover => "approver is not in the verifier's keyring",
+                Ignored::NotInPolicy => "approver is not named by the policy",
+                Ignored::BadSignature => "signature does not verify",
+                Ignored::DuplicateKey => "the same key appears twice",
+            },
+        });
+    }
+    if tally.outcome != QuorumOutcome::Reached {
+        return Err(ReceiptError::NoQuorum(tally.outcome));
+    }
+    Ok(VerifiedReceipt {
+        preview,
+        preview_sha256: computed,
+        policy,
+        approvers: tally.approvals,
+    })
+}

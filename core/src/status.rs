@@ -1,0 +1,480 @@
+//! The proposal state machine, with transitions as functions of the current time.
+//!
+//! ```text
+//! PENDING --quorum--> APPROVED --execute--> EXECUTING --> SUCCEEDED | FAILED
+//! PENDING --vetoes--> REJECTED           PENDING/APPROVED --ttl / execute_within--> EXPIRED
+//! APPROVED --signed revoke--> REVOKED    PENDING --approval_withdraw--> WITHDRAWN
+//! PENDING/APPROVED --policy edited--> POLICY_CHANGED
+//! EXECUTING --(process died, found at start)--> OUTCOME_UNKNOWN --signed resolve--> SUCCEEDED | FAILED
+//! ```
+//!
+//! [`Lifecycle`] holds the status with the deadlines that govern it. Every
+//! transition takes `now` and returns the new lifecycle or a [`TransitionError`]
+//! that carries the code an agent branches on. Expiry is a pure function of
+//! (lifecycle, now), so a read can apply it without a background task having run.
+
+use crate::code::Code;
+use crate::time::{Seconds, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use thiserror::Error;
+
+/// Every state a proposal can be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Waiting for quorum.
+    Pending,
+    /// Quorum reached; executable once until the deadline.
+    Approved,
+    /// Claimed by one execute call; the effect is running.
+    Executing,
+    /// Ran and succeeded.
+    Succeeded,
+    /// Ran and failed.
+    Failed,
+    /// Vetoed.
+    Rejected,
+    /// Ran out of time.
+    Expired,
+    /// An approver revoked the approval.
+    Revoked,
+    /// The agent withdrew it.
+    Withdrawn,
+    /// The kind's policy changed under it.
+    PolicyChanged,
+    /// The process died while it ran; a human must settle it.
+    OutcomeUnknown,
+}
+
+impl Status {
+    /// Every status.
+    pub const ALL: [Status; 11] = [
+        Status::Pending,
+        Status::Approved,
+        Status::Executing,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Rejected,
+        Status::Expired,
+        Status::Revoked,
+        Status::Withdrawn,
+        Status::PolicyChanged,
+        Status::OutcomeUnknown,
+    ];
+
+    /// The wire spelling, e.g. `OUTCOME_UNKNOWN`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::Approved => "APPROVED",
+            Status::Executing => "EXECUTING",
+            Status::Succeeded => "SUCCEEDED",
+            Status::Failed => "FAILED",
+            Status::Rejected => "REJECTED",
+            Status::Expired => "EXPIRED",
+            Status::Revoked => "REVOKED",
+            Status::Withdrawn => "WITHDRAWN",
+            Status::PolicyChanged => "POLICY_CHANGED",
+            Status::OutcomeUnknown => "OUTCOME_UNKNOWN",
+        }
+    }
+
+    /// Parses the wire spelling (case-insensitive).
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+    }
+
+    /// No transition leads out of it (OUTCOME_UNKNOWN is not final: a human resolves it).
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            Status::Pending | Status::Approved | Status::Executing | Status::OutcomeUnknown
+        )
+    }
+
+    /// The code an agent sees for a proposal in this state.
+    pub fn code(self) -> Code {
+        match self {
+            Status::Pending => Code::PendingQuorum,
+            Status::Approved => Code::QuorumReached,
+            Status::Executing => Code::ExecutionInProgress,
+            Status::Succeeded => Code::Succeeded,
+            Status::Failed => Code::Failed,
+            Status::Rejected => Code::Rejected,
+            Status::Expired => Code::Expired,
+            Status::Revoked => Code::Revoked,
+            Status::Withdrawn => Code::Withdrawn,
+            Status::PolicyChanged => Code::PolicyChanged,
+            Status::OutcomeUnknown => Code::OutcomeUnknown,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an execution ended, as the executor reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Outcome {
+    /// Did what it should.
+    Succeeded,
+    /// Refused or failed, known not to have had its effect (or to have failed).
+    Failed,
+    /// May or may not have had its effect (time-out after sending, crash).
+    Unknown,
+}
+
+/// A transition that the current state does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("cannot {action} a proposal that is {from}")]
+pub struct TransitionError {
+    /// The state it was in (after expiry was applied).
+    pub from: Status,
+    /// What was attempted.
+    pub action: &'static str,
+    /// The code to report.
+    pub code: Code,
+}
+
+/// A status with the deadlines that govern it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lifecycle {
+    /// Current status.
+    pub status: Status,
+    /// When a PENDING proposal expires (the preview's `expires_at`).
+    pub expires_at: Timestamp,
+    /// When quorum was reached.
+    pub approved_at: Option<Timestamp>,
+    /// Until when an APPROVED proposal may be executed.
+    pub executable_until: Option<Timestamp>,
+}
+
+impl Lifecycle {
+    /// A new PENDING proposal.
+    pub fn new(expires_at: Timestamp) -> Self {
+        Self {
+            status: Status::Pending,
+            expires_at,
+            approved_at: None,
+            executable_until: None,
+        }
+    }
+
+    /// Whether, at `now`, the proposal has run out of time (PENDING past `expires_at`,
+    /// or APPROVED past `executable_until`). A deadline is exclusive: at the exact
+    /// second it is already over.
+    pub fn is_expired_at(&self, now: Timestamp) -> bool {
+        match self.status {
+            Status::Pending => now >= self.expires_at,
+            Status::Approved => self.executable_until.is_none_or(|t| now >= t),
+            _ => false,
+        }
+    }
+
+    /// The lifecycle with expiry applied at `now`.
+    pub fn at(self, now: Timestamp) -> Self {
+        if self.is_expired_at(now) {
+            Self {
+                status: Status::Expired,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
+    fn refuse(from: Status, action: &'static str) -> TransitionError {
+        let code = match (from, action) {
+            (Status::Succeeded | Status::Failed | Status::OutcomeUnknown, "execute") => {
+                Code::AlreadyExecutedNoReplay
+            }
+            (Status::Executing, "execute") => Code::ExecutionInProgress,
+            (s, _) => s.code(),
+        };
+        TransitionError { from, action, code }
+    }
+
+    fn require(
+        self,
+        now: Timestamp,
+        allowed: &[Status],
+        action: &'static str,
+    ) -> Result<Self, TransitionError> {
+        let cur = self.at(now);
+        if allowed.contains(&cur.status) {
+            Ok(cur)
+        } else {
+            Err(Self::refuse(cur.status, action))
+        }
+    }
+
+    /// PENDING → APPROVED when quorum is reached; executable for `execute_within`.
+    pub fn approve(self, now: Timestamp, execute_within: Seconds) -> Result<Self, TransitionError> {
+        let cur = self.require(now, &[Status::Pending], "approve")?;
+        Ok(Self {
+            status: Status::Approved,
+            approved_at: Some(now),
+            executable_until: Some(now.plus(execute_within)),
+            ..cur
+        })
+    }
+
+    /// PENDING → REJECTED when vetoed.
+    pub fn reject(self, now: Timestamp) -> Result<Self, TransitionError> {
+        let cur = self.require(now, &[Status::Pending], "reject")?;
+        Ok(Self {
+            status: Status::Rejected,
+            ..cur
+        })
+    }
+
+    /// APPROVED → REVOKED on a signed revoke.
+    pub fn revoke(self, now: Timestamp) -> Result<Self, TransitionError> {
+        let cur = self.require(now, &[Status::Approved], "revoke")?;
+        Ok(Self {
+            status: Status::Revoked,
+            ..cur
+        })
+    }
+
+    /// PENDING → WITHDRAWN by the agent.
+    pub fn withdraw(self, now: Timestamp) -> Result<Self, TransitionError> {
+        let cur = self.require(now, &[Status::Pending], "withdraw")?;
+        Ok(Self {
+            status: Status::Withdrawn,
+            ..cur
+        })
+    }
+
+    /// PENDING/APPROVED → POLICY_CHANGED when the kind's policy is edited.
+    pub fn policy_changed(self, now: Timestamp) -> Result<Self, TransitionError> {
+        let cur = self.require(now, &[Status::Pending, Status::Approved], "void")?;
+        Ok(Self {
+            status: Status::PolicyChanged,
+            ..cur
+        })
+    }
+
+    /// PENDING/APPROVED → EXPIRED, when the deadline has passed.
+    pub fn expire(self, now: Timestamp) -> Result<Self, TransitionError> {
+        let cur = self.at(now);
+        if cur.status == Status::Expired && self.status != Status::Expired {
+            Ok(cur)
+        } else {
+            Err(Self::refuse(cur.status, "expire"))
+        }
+    }
+
+    /// APPROVED → EXECUTING: the claim. Only one caller may win it; the store makes
+    /// that atomic, this function says whether it is allowed at all.
+    pub fn claim(self, now: Timestamp) -> Result<Self, TransitionError> {
+        let cur = self.require(now, &[Status::Approved], "execute")?;
+        Ok(Self {
+            status: Status::Executing,
+            ..cur
+        })
+    }
+
+    /// EXECUTING → SUCCEEDED | FAILED | OUTCOME_UNKNOWN, as the executor reports.
+    pub fn finish(self, outcome: Outcome) -> Result<Self, TransitionError> {
+        if self.status != Status::Executing {
+            return Err(Self::refuse(self.status, "finish"));
+        }
+        let status = match outcome {
+            Outcome::Succeeded => Status::Succeeded,
+            Outcome::Failed => Status::Failed,
+            Outcome::Unknown => Status::OutcomeUnknown,
+        };
+        Ok(Self { status, ..self })
+    }
+
+    /// EXECUTING → OUTCOME_UNKNOWN, for records found EXECUTING at start-up.
+    pub fn crash_recovered(self) -> Result<Self, TransitionError> {
+        self.finish(Outcome::Unknown)
+    }
+
+    /// OUTCOME_UNKNOWN → SUCCEEDED | FAILED on a signed resolve.
+    pub fn resolve(self, succeeded: bool) -> Result<Self, TransitionError> {
+        if self.status != Status::OutcomeUnknown {
+            return Err(Self::refuse(self.status, "resolve"));
+        }
+        let status = if succeeded {
+            Status::Succeeded
+        } else {
+            Status::Failed
+        };
+        Ok(Self { status, ..self })
+    }
+
+    /// Whether `approval_execute` would be allowed at `now`.
+    pub fn executable(&self, now: Timestamp) -> bool {
+        self.at(now).status == Status::Approved
+    }
+
+    /// Whether an agent may usefully try again later (the state can still change
+    /// toward execution, or a new proposal is the way forward).
+    pub fn retry_allowed(&self, now: Timestamp) -> bool {
+        matches!(self.at(now).status, Status::Pending | Status::Approved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_unix(1_000_000 + s)
+    }
+
+    fn pending() -> Lifecycle {
+        Lifecycle::new(t(100))
+    }
+
+    #[test]
+    fn happy_path() {
+        let l = pending().approve(t(10), Seconds::new(60)).unwrap();
+        assert_eq!(
+            (l.status, l.approved_at, l.executable_until),
+            (Status::Approved, Some(t(10)), Some(t(70)))
+        );
+        assert!(l.executable(t(69)));
+        let l = l.claim(t(20)).unwrap();
+        assert_eq!(l.status, Status::Executing);
+        assert_eq!(
+            l.finish(Outcome::Succeeded).unwrap().status,
+            Status::Succeeded
+        );
+        assert_eq!(l.finish(Outcome::Failed).unwrap().status, Status::Failed);
+        assert_eq!(
+            l.finish(Outcome::Unknown).unwrap().status,
+            Status::OutcomeUnknown
+        );
+    }
+
+    #[test]
+    fn execute_refusals_carry_the_agent_code() {
+        let approved = pending().approve(t(10), Seconds::new(60)).unwrap();
+        let executing = approved.claim(t(11)).unwrap();
+        let e = executing.claim(t(12)).unwrap_err();
+        assert_eq!(
+            (e.from, e.code),
+            (Status::Executing, Code::ExecutionInProgress)
+        );
+        for outcome in [Outcome::Succeeded, Outcome::Failed, Outcome::Unknown] {
+            let done = executing.finish(outcome).unwrap();
+            assert_eq!(
+                done.claim(t(13)).unwrap_err().code,
+                Code::AlreadyExecutedNoReplay
+            );
+        }
+        assert_eq!(pending().claim(t(1)).unwrap_err().code, Code::PendingQuorum);
+        assert_eq!(
+            approved.claim(t(70)).unwrap_err(),
+            TransitionError {
+                from: Status::Expired,
+                action: "execute",
+                code: Code::Expired
+            }
+        );
+        assert_eq!(
+            pending()
+                .reject(t(1))
+                .unwrap()
+                .claim(t(2))
+                .unwrap_err()
+                .code,
+            Code::Rejected
+        );
+        assert_eq!(
+            approved
+                .revoke(t(12))
+                .unwrap()
+                .claim(t(13))
+                .unwrap_err()
+                .code,
+            Code::Revoked
+        );
+        assert_eq!(
+            pending()
+                .withdraw(t(1))
+                .unwrap()
+                .claim(t(2))
+                .unwrap_err()
+                .code,
+            Code::Withdrawn
+        );
+        assert_eq!(
+            pending()
+                .policy_changed(t(1))
+                .unwrap()
+                .claim(t(2))
+                .unwrap_err()
+                .code,
+            Code::PolicyChanged
+        );
+    }
+
+    #[test]
+    fn expiry_is_a_pure_function_of_now() {
+        assert_eq!(pending().at(t(99)).status, Status::Pending);
+        assert_eq!(pending().at(t(100)).status, Status::Expired);
+        assert_eq!(pending().expire(t(100)).unwrap().status, Status::Expired);
+        assert_eq!(
+            pending().expire(t(99)).unwrap_err().code,
+            Code::PendingQuorum
+        );
+        assert_eq!(
+            pending()
+                .approve(t(100), Seconds::new(60))
+                .unwrap_err()
+                .code,
+            Code::Expired
+        );
+        assert_eq!(pending().withdraw(t(100)).unwrap_err().code, Code::Expired);
+        // Approval deadline is measured from approval, not from creation.
+        let a = pending().approve(t(99), Seconds::new(60)).unwrap();
+        assert_eq!(a.at(t(158)).status, Status::Approved);
+        assert_eq!(a.at(t(159)).status, Status::Expired);
+        // Final states never expire.
+        let done = a.claim(t(100)).unwrap().finish(Outcome::Succeeded).unwrap();
+        assert_eq!(done.at(t(100_000)).status, Status::Succeeded);
+    }
+
+    #[test]
+    fn only_allowed_edges_exist() {
+        let approved = pending().approve(t(1), Seconds::new(60)).unwrap();
+        assert_eq!(pending().revoke(t(1)).unwrap_err().from, Status::Pending);
+        assert_eq!(approved.withdraw(t(2)).unwrap_err().from, Status::Approved);
+        assert_eq!(approved.reject(t(2)).unwrap_err().from, Status::Approved);
+        assert!(approved.policy_changed(t(2)).is_ok());
+        assert!(pending().finish(Outcome::Succeeded).is_err());
+        assert!(pending().resolve(true).is_err());
+        let unknown = approved.claim(t(2)).unwrap().crash_recovered().unwrap();
+        assert_eq!(unknown.status, Status::OutcomeUnknown);
+        assert_eq!(unknown.resolve(true).unwrap().status, Status::Succeeded);
+        assert_eq!(unknown.resolve(false).unwrap().status, Status::Failed);
+        assert!(unknown.resolve(true).unwrap().resolve(false).is_err());
+        assert!(!unknown.retry_allowed(t(3)));
+        assert!(pending().retry_allowed(t(3)));
+    }
+
+    #[test]
+    fn status_strings_round_trip() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.as_str())
+            );
+        }
+        assert_eq!(Status::parse("pending"), Some(Status::Pending));
+        assert_eq!(Status::parse("DONE"), None);
+    }
+}
