@@ -1,1 +1,331 @@
-fn main() {}
+//! The `approval-server` command line. Every subcommand is a thin call into the library.
+
+use anyhow::Context;
+use approval_server::config::ConfigSource;
+use approval_server::run::{self, ServeOptions};
+use approval_server::store::{SledStore, Store};
+use approval_server::{agents, audit, bridge, demo};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "approval-server",
+    version,
+    about = "An MCP approval gate: agents propose, a quorum of humans signs, the action runs once."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Rules {
+    /// Folder of policies, one TOML file per action kind.
+    #[arg(long, default_value = "./policies")]
+    policies: PathBuf,
+    /// Keyring: one `<name> ed25519 <base64 key>` line per approver.
+    #[arg(long, default_value = "./keys")]
+    keys: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve {
+        /// Store folder (created if missing).
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
+        #[command(flatten)]
+        rules: Rules,
+        /// Agents file: `<name> <sha256 of token>` lines. Without it, only loopback clients, as `local`.
+        #[arg(long)]
+        agents: Option<PathBuf>,
+        /// Address for /mcp (and the approver API unless --approver-listen). Port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:4800")]
+        listen: SocketAddr,
+        /// Separate address for the approver API, so laptops can reach it while /mcp stays on loopback.
+        #[arg(long)]
+        approver_listen: Option<SocketAddr>,
+        /// Extra Host header value accepted on /mcp (repeatable), e.g. when behind a proxy.
+        #[arg(long)]
+        allowed_host: Vec<String>,
+        /// Origin accepted on /mcp (repeatable). By default any request with an Origin header is refused.
+        #[arg(long)]
+        allowed_origin: Vec<String>,
+    },
+    /// Start with the example policies and three demo approvers (keys in ./demo-keys).
+    Demo {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:4800")]
+        listen: SocketAddr,
+        /// Store folder.
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
+        /// Where the demo keys go.
+        #[arg(long, default_value = "./demo-keys")]
+        keys_dir: PathBuf,
+    },
+    /// Bridge a stdio MCP host to a running service.
+    Stdio {
+        /// The service's MCP endpoint, e.g. http://127.0.0.1:4800/mcp
+        #[arg(long)]
+        connect: String,
+        /// Agent token (or APPROVAL_AGENT_TOKEN).
+        #[arg(long, env = "APPROVAL_AGENT_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Validate policies and keyring; exits non-zero with file:line on any error.
+    Check {
+        #[command(flatten)]
+        rules: Rules,
+        /// Agents file to validate too.
+        #[arg(long)]
+        agents: Option<PathBuf>,
+    },
+    /// The audit log (run while the server is stopped: the store is locked while it runs).
+    Audit {
+        #[command(subcommand)]
+        action: AuditAction,
+    },
+    /// Agent tokens.
+    Agent {
+        #[command(subcommand)]
+        action: AgentAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditAction {
+    /// Check the hash chain: any edit, reorder or gap fails.
+    Verify {
+        /// Store folder.
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
+    },
+    /// Write every entry as one JSON line on stdout.
+    Export {
+        /// Store folder.
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum AgentAction {
+    /// Make a token for a new agent: printed once, only its hash is kept.
+    Add {
+        /// The agent's name (becomes `requested_by`).
+        name: String,
+        /// Agents file to append to (created with mode 0600).
+        #[arg(long, default_value = "./agents")]
+        agents: PathBuf,
+    },
+}
+
+fn logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve {
+            data,
+            rules,
+            agents,
+            listen,
+            approver_listen,
+            allowed_host,
+            allowed_origin,
+        } => {
+            logging("info");
+            let opts = ServeOptions {
+                data,
+                source: ConfigSource {
+                    policies: rules.policies,
+                    keys: rules.keys,
+                    agents,
+                    embedded_policies: None,
+                },
+                listen,
+                approver_listen,
+                allowed_hosts: allowed_host,
+                allowed_origins: allowed_origin,
+                demo_keys: None,
+            };
+            let svc = run::start(&opts).await?;
+            run::serve(opts, svc).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo {
+            listen,
+            data,
+            keys_dir,
+        } => {
+            logging("info");
+            let keys = demo::prepare_keys(&keys_dir)?;
+            let opts = ServeOptions {
+                data,
+                source: ConfigSource {
+                    policies: PathBuf::from("<built-in examples>"),
+                    keys,
+                    agents: None,
+                    embedded_policies: Some(
+                        demo::EXAMPLE_POLICIES
+                            .iter()
+                            .map(|(n, t)| (n.to_string(), t.to_string()))
+                            .collect(),
+                    ),
+                },
+                listen,
+                approver_listen: None,
+                allowed_hosts: vec![],
+                allowed_origins: vec![],
+                demo_keys: Some(keys_dir),
+            };
+            let svc = run::start(&opts).await?;
+            run::serve(opts, svc).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stdio { connect, token } => {
+            logging("warn");
+            bridge::run(connect, token).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { rules, agents } => {
+            let source = ConfigSource {
+                policies: rules.policies.clone(),
+                keys: rules.keys.clone(),
+                agents,
+                embedded_policies: None,
+            };
+            match source.load() {
+                Ok(c) => {
+                    let kinds: Vec<String> = c
+                        .policies
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "{} ({} of {})",
+                                p.kind(),
+                                p.spec().quorum,
+                                p.spec().approvers.len()
+                            )
+                        })
+                        .collect();
+                    println!(
+                        "ok: {} approver(s) in {}; {} polic(ies) in {}: {}",
+                        c.keyring.len(),
+                        rules.keys.display(),
+                        kinds.len(),
+                        rules.policies.display(),
+                        kinds.join(", ")
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Audit { action } => {
+            let data = match &action {
+                AuditAction::Verify { data } | AuditAction::Export { data } => data.clone(),
+            };
+            let store = SledStore::open(&data.join("store")).with_context(|| {
+                format!(
+                    "cannot open the store in {} (stop the server first)",
+                    data.display()
+                )
+            })?;
+            let (entries, head) = store.audit()?;
+            match action {
+                AuditAction::Verify { .. } => match audit::verify_chain(entries, head) {
+                    Ok(n) => {
+                        println!(
+                            "ok: {n} audit entries, chain intact{}",
+                            head.map(|(_, h)| format!(", head {h}")).unwrap_or_default()
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        eprintln!("audit log broken: {e}");
+                        Ok(ExitCode::FAILURE)
+                    }
+                },
+                AuditAction::Export { .. } => {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    for e in entries {
+                        writeln!(out, "{}", serde_json::to_string(&e)?)?;
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+        Command::Agent {
+            action: AgentAction::Add { name, agents: path },
+        } => {
+            let name = approval_core::ids::AgentName::parse(&name)?;
+            let existing = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+            };
+            let parsed = agents::Agents::parse(&existing)
+                .map_err(|(l, why)| anyhow::anyhow!("{}:{l}: {why}", path.display()))?;
+            if parsed.contains(&name) {
+                anyhow::bail!(
+                    "agent {name} already exists in {}: pick another name",
+                    path.display()
+                );
+            }
+            let token = agents::new_token()?;
+            let mut opts = std::fs::OpenOptions::new();
+            opts.append(true).create(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                opts.mode(0o600);
+            }
+            let mut f = opts
+                .open(&path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            use std::io::Write;
+            if !existing.is_empty() && !existing.ends_with('\n') {
+                writeln!(f)?;
+            }
+            writeln!(f, "{}", agents::line(&name, &token))?;
+            f.sync_all()?;
+            println!("{token}");
+            eprintln!("agent {name} added to {}. The token above is shown once: give it to the agent (Authorization: Bearer <token>); the file keeps only its hash. Send SIGHUP to a running server to load it.", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

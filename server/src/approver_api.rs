@@ -1,0 +1,314 @@
+//! The humans' side: the approver HTTP API under `/v1/` (see docs/approver-api.md).
+//!
+//! Reads are signed (`Authorization: Approval <name> <unix> <sig>`), decisions
+//! are signed in their body, so even a client that can reach every endpoint can
+//! neither read what it may not see nor forge an approval. Errors are JSON
+//! `{code, message}` with a fitting HTTP status.
+
+use crate::record::ProposalRecord;
+use crate::service::{Service, ServiceError};
+use approval_core::message::{verify_read, SignedDecision};
+use approval_core::quorum::QuorumOutcome;
+use approval_core::status::Status;
+use approval_core::{ApproverName, Code};
+use axum::body::Bytes;
+use axum::extract::{OriginalUri, Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Largest decision body accepted.
+pub const MAX_DECISION_BODY: usize = 16 * 1024;
+/// Concurrent `/v1/events` streams per approver.
+pub const MAX_WATCHERS_PER_APPROVER: usize = 4;
+
+/// An API error: a code, a message, and the HTTP status that fits.
+#[derive(Debug)]
+pub struct ApiError(pub ServiceError);
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        ApiError(e)
+    }
+}
+
+fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::BadRequest | Code::InvalidPayload => StatusCode::BAD_REQUEST,
+        Code::Unauthorized => StatusCode::UNAUTHORIZED,
+        Code::InvalidSignature => StatusCode::FORBIDDEN,
+        Code::UnknownProposal | Code::UnknownKind => StatusCode::NOT_FOUND,
+        Code::LimitExceeded => StatusCode::TOO_MANY_REQUESTS,
+        Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::CONFLICT,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let mut body = json!({"code": e.code, "message": e.message});
+        if let Some(s) = e.status {
+            body["status"] = json!(s);
+        }
+        (http_status(e.code), Json(body)).into_response()
+    }
+}
+
+/// Shared state of the approver API.
+#[derive(Clone)]
+pub struct ApiState {
+    svc: Arc<Service>,
+    watchers: Arc<Mutex<HashMap<ApproverName, usize>>>,
+}
+
+/// The `/v1` routes and `/healthz`.
+pub fn router(svc: Arc<Service>) -> Router {
+    let state = ApiState {
+        svc,
+        watchers: Arc::default(),
+    };
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/proposals", get(list))
+        .route("/v1/proposals/{id}", get(show))
+        .route("/v1/proposals/{id}/decisions", post(decide))
+        .route("/v1/proposals/{id}/receipt", get(receipt))
+        .route("/v1/events", get(events))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
+        .with_state(state)
+}
+
+/// Checks a signed read.
+fn reader(
+    svc: &Service,
+    headers: &HeaderMap,
+    method: &Method,
+    uri: &OriginalUri,
+) -> Result<ApproverName, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let path = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    verify_read(
+        &svc.config().keyring,
+        header,
+        method.as_str(),
+        path,
+        svc.now(),
+    )
+    .map_err(|e| ApiError(ServiceError::new(Code::Unauthorized, e.to_string())))
+}
+
+/// The JSON view of a proposal (docs/approver-api.md, `ProposalView`).
+pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> {
+    let now = svc.now();
+    let life = rec.lifecycle.at(now);
+    let (tally, policy) = svc.tally(rec)?;
+    let (have, need, missing) = match &tally.outcome {
+        QuorumOutcome::Pending {
+            have,
+            need,
+            missing_groups,
+        } => (*have, *need, json!(missing_groups)),
+        _ => (
+            tally.approvals.len() as u32,
+            policy.spec().quorum,
+            json!([]),
+        ),
+    };
+    Ok(json!({
+        "proposal_id": rec.id(),
+        "status": life.status,
+        "preview": rec.preview.to_value(),
+        "preview_sha256": rec.preview_sha256,
+        "policy": rec.policy,
+        "quorum": {
+            "have": have, "need": need, "missing_groups": missing,
+            "approvers": tally.approvals, "rejections": tally.rejections,
+        },
+        "decisions": rec.decisions,
+        "executable_until": life.executable_until,
+        "result": rec.result,
+    }))
+}
+
+async fn healthz(State(st): State<ApiState>) -> Json<Value> {
+    Json(json!({"status": "ok", "server_id": st.svc.store().server_id()}))
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn list(
+    State(st): State<ApiState>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let who = reader(&st.svc, &headers, &method, &uri)?;
+    let status = match q.status.as_deref() {
+        None | Some("") | Some("all") => None,
+        Some(s) => Some(Status::parse(s).ok_or_else(|| {
+            ApiError(ServiceError::new(
+                Code::BadRequest,
+                format!(
+                    "unknown status {s:?}: use one of {}",
+                    Status::ALL.map(|s| s.as_str()).join(", ")
+                ),
+            ))
+        })?),
+    };
+    let recs = st
+        .svc
+        .list_for_approver(&who, status, q.limit.unwrap_or(100))?;
+    let views = recs
+        .iter()
+        .map(|r| view(&st.svc, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(json!({ "proposals": views })))
+}
+
+async fn show(
+    State(st): State<ApiState>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let who = reader(&st.svc, &headers, &method, &uri)?;
+    let rec = st.svc.get_for_approver(&who, &id)?;
+    Ok(Json(view(&st.svc, &rec)?))
+}
+
+async fn decide(
+    State(st): State<ApiState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let text = std::str::from_utf8(&body).map_err(|_| {
+        ApiError(ServiceError::new(
+            Code::BadRequest,
+            "body is not UTF-8 JSON",
+        ))
+    })?;
+    let value = approval_core::json::parse_exact(text)
+        .map_err(|e| ApiError(ServiceError::new(Code::BadRequest, format!("body: {e}"))))?;
+    let d: SignedDecision = serde_json::from_value(value).map_err(|e| {
+        ApiError(ServiceError::new(
+            Code::BadRequest,
+            format!("body must be {{approver, decision, reason, signature}}: {e}"),
+        ))
+    })?;
+    let decided = st.svc.decide(&id, d).await?;
+    Ok(Json(json!({
+        "recorded": !decided.already_recorded,
+        "already_recorded": decided.already_recorded,
+        "proposal": view(&st.svc, &decided.record)?,
+    })))
+}
+
+async fn receipt(
+    State(st): State<ApiState>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let who = reader(&st.svc, &headers, &method, &uri)?;
+    let r = st.svc.receipt(&who, &id)?;
+    Ok(Json(serde_json::to_value(r).unwrap_or(Value::Null)))
+}
+
+/// Releases a watcher slot when the stream ends.
+struct WatchSlot {
+    who: ApproverName,
+    watchers: Arc<Mutex<HashMap<ApproverName, usize>>>,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.watchers.lock() {
+            if let Some(n) = w.get_mut(&self.who) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
+async fn events(
+    State(st): State<ApiState>,
+    method: Method,
+    uri: OriginalUri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = reader(&st.svc, &headers, &method, &uri)?;
+    {
+        let mut w = st
+            .watchers
+            .lock()
+            .map_err(|_| ApiError(ServiceError::new(Code::Internal, "watcher table poisoned")))?;
+        let n = w.entry(who.clone()).or_insert(0);
+        if *n >= MAX_WATCHERS_PER_APPROVER {
+            return Err(ApiError(ServiceError::new(
+                Code::LimitExceeded,
+                format!(
+                    "{who} already has {MAX_WATCHERS_PER_APPROVER} watchers open: close one first"
+                ),
+            )));
+        }
+        *n += 1;
+    }
+    let slot = WatchSlot {
+        who: who.clone(),
+        watchers: st.watchers.clone(),
+    };
+    let rx = st.svc.subscribe();
+    let svc = st.svc.clone();
+    let stream = futures::stream::unfold(
+        (rx, svc, who, slot),
+        |(mut rx, svc, who, slot)| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        let Ok(rec) = svc.get_for_approver(&who, ev.id.as_str()) else {
+                            continue;
+                        };
+                        let Ok(v) = view(&svc, &rec) else { continue };
+                        let event = SseEvent::default().event("proposal").data(v.to_string());
+                        return Some((
+                            Ok::<_, std::convert::Infallible>(event),
+                            (rx, svc, who, slot),
+                        ));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let event = SseEvent::default()
+                            .event("lagged")
+                            .data(json!({"missed": n}).to_string());
+                        return Some((Ok(event), (rx, svc, who, slot)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(15))
+                .text("keep-alive"),
+        )
+        .into_response())
+}

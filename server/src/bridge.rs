@@ -1,0 +1,204 @@
+//! `approval-server stdio --connect URL`: a stdio MCP server that forwards every
+//! message to the running service over Streamable HTTP.
+//!
+//! Hosts that launch MCP servers as subprocesses get the same service, the same
+//! store and the same rules as HTTP clients: the bridge holds no state of its own
+//! beyond the negotiated protocol version, which it turns into the
+//! `MCP-Protocol-Version` header that HTTP requires. stdout carries only protocol
+//! messages; diagnostics go to stderr.
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+#[derive(Default)]
+struct Negotiated {
+    version: Option<String>,
+    session: Option<String>,
+}
+
+/// Runs the bridge until stdin closes and every forwarded request has its answer.
+pub async fn run(url: String, token: Option<String>) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .build()
+        .context("cannot build the HTTP client")?;
+    let state = Arc::new(Mutex::new(Negotiated::default()));
+    let (tx, mut rx) = mpsc::channel::<String>(256);
+    let writer = tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        while let Some(line) = rx.recv().await {
+            if out.write_all(line.as_bytes()).await.is_err() || out.write_all(b"\n").await.is_err()
+            {
+                break;
+            }
+            let _ = out.flush().await;
+        }
+    });
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut inflight = tokio::task::JoinSet::new();
+    while let Some(line) = lines.next_line().await.context("cannot read stdin")? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (client, url, token, state, tx) = (
+            client.clone(),
+            url.clone(),
+            token.clone(),
+            state.clone(),
+            tx.clone(),
+        );
+        // An initialize must be answered before later messages use its version.
+        let is_init = serde_json::from_str::<Value>(&line)
+            .ok()
+            .and_then(|v| v.get("method").cloned())
+            == Some(json!("initialize"));
+        let task = async move { forward(&client, &url, token.as_deref(), &state, &tx, line).await };
+        if is_init {
+            task.await;
+        } else {
+            inflight.spawn(task);
+        }
+    }
+    while inflight.join_next().await.is_some() {}
+    drop(tx);
+    let _ = writer.await;
+    Ok(())
+}
+
+fn error_for(msg: &Value, code: i64, message: String) -> Option<String> {
+    let id = msg.get("id")?.clone();
+    Some(
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+            .to_string(),
+    )
+}
+
+async fn forward(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    state: &Mutex<Negotiated>,
+    tx: &mpsc::Sender<String>,
+    line: String,
+) {
+    let msg: Value = match serde_json::from_str(&line) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = tx
+                .send(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": format!("parse error: {e}")}}).to_string())
+                .await;
+            return;
+        }
+    };
+    let per_request = msg
+        .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let (version, session) = match state.lock() {
+        Ok(s) => (per_request.or_else(|| s.version.clone()), s.session.clone()),
+        Err(_) => (per_request, None),
+    };
+    let mut req = client
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(line);
+    if let Some(v) = &version {
+        req = req.header("MCP-Protocol-Version", v);
+    }
+    if let Some(s) = &session {
+        req = req.header("Mcp-Session-Id", s);
+    }
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(m) = error_for(
+                &msg,
+                -32603,
+                format!("approval service unreachable at {url}: {e}"),
+            ) {
+                let _ = tx.send(m).await;
+            }
+            return;
+        }
+    };
+    if let Some(s) = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        if let Ok(mut st) = state.lock() {
+            st.session = Some(s.to_owned());
+        }
+    }
+    let status = resp.status();
+    let is_sse = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let body = match resp.text().await {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(m) = error_for(&msg, -32603, format!("broken answer from {url}: {e}")) {
+                let _ = tx.send(m).await;
+            }
+            return;
+        }
+    };
+    let mut messages = Vec::new();
+    if is_sse {
+        for event in body.split("\n\n") {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            if !data.is_empty() {
+                messages.push(data.join("\n"));
+            }
+        }
+    } else if !body.trim().is_empty() {
+        messages.push(body.trim().to_owned());
+    }
+    if messages.is_empty() && !status.is_success() {
+        if let Some(m) = error_for(
+            &msg,
+            -32603,
+            format!("HTTP {status} from the approval service"),
+        ) {
+            messages.push(m);
+        }
+    }
+    for m in messages {
+        match serde_json::from_str::<Value>(&m) {
+            Ok(v) => {
+                if msg.get("method") == Some(&json!("initialize")) {
+                    if let Some(pv) = v.pointer("/result/protocolVersion").and_then(Value::as_str) {
+                        if let Ok(mut st) = state.lock() {
+                            st.version = Some(pv.to_owned());
+                        }
+                    }
+                }
+                let _ = tx.send(v.to_string()).await;
+            }
+            Err(_) => {
+                if let Some(e) = error_for(
+                    &msg,
+                    -32603,
+                    format!(
+                        "HTTP {status}: not JSON-RPC: {}",
+                        m.chars().take(200).collect::<String>()
+                    ),
+                ) {
+                    let _ = tx.send(e).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Loading policies, the keyring and the agents file from disk.
+//!
+//! The configuration in force is one immutable snapshot ([`Config`]) swapped as a
+//! whole on reload, so a request sees either the old rules or the new ones, never a
+//! mix. A broken file on reload keeps the old snapshot (the caller logs why).
+
+use crate::agents::Agents;
+use approval_core::policy::PolicyError;
+use approval_core::{Keyring, PolicySet};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    /// Folder of `*.toml` policies.
+    pub policies: PathBuf,
+    /// Keyring file.
+    pub keys: PathBuf,
+    /// Optional agents file.
+    pub agents: Option<PathBuf>,
+    /// Policies given in memory instead of a folder (the demo's embedded examples).
+    pub embedded_policies: Option<Vec<(String, String)>>,
+}
+
+/// One consistent snapshot of the rules.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Policies by kind.
+    pub policies: PolicySet,
+    /// Approvers' keys.
+    pub keyring: Keyring,
+    /// Agent tokens; `None` means loopback clients only, as `local`.
+    pub agents: Option<Agents>,
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// A file could not be read.
+    #[error("{path}: {err}")]
+    Io {
+        /// Which file.
+        path: String,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// The keyring is invalid.
+    #[error("{path}:{err}")]
+    Keyring {
+        /// Which file.
+        path: String,
+        /// The error (starts with the line).
+        err: approval_core::KeyringError,
+    },
+    /// One or more policies are invalid.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Policies(Vec<PolicyError>),
+    /// No policies at all: nothing could ever be approved.
+    #[error("{0}: no *.toml policies found: add one file per action kind (see policies/ in the repository)")]
+    NoPolicies(String),
+    /// The agents file is invalid.
+    #[error("{path}:{line}: {why}")]
+    Agents {
+        /// Which file.
+        path: String,
+        /// Line.
+        line: usize,
+        /// Why.
+        why: String,
+    },
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|err| ConfigError::Io {
+        path: path.display().to_string(),
+        err,
+    })
+}
+
+/// Reads every `*.toml` in a folder, sorted by name.
+pub fn read_policy_dir(dir: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let io = |err| ConfigError::Io {
+        path: dir.display().to_string(),
+        err,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+            files.push((path.display().to_string(), read(&path)?));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+impl ConfigSource {
+    /// Loads and validates everything; any error refuses the whole snapshot.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let keys_text = read(&self.keys)?;
+        let keyring =
+            approval_core::Keyring::parse(&keys_text).map_err(|err| ConfigError::Keyring {
+                path: self.keys.display().to_string(),
+                err,
+            })?;
+        let files = match &self.embedded_policies {
+            Some(f) => f.clone(),
+            None => read_policy_dir(&self.policies)?,
+        };
+        if files.is_empty() {
+            return Err(ConfigError::NoPolicies(self.policies.display().to_string()));
+        }
+        let policies = PolicySet::load(&files, &keyring).map_err(ConfigError::Policies)?;
+        let agents = match &self.agents {
+            Some(p) => {
+                Some(
+                    Agents::parse(&read(p)?).map_err(|(line, why)| ConfigError::Agents {
+                        path: p.display().to_string(),
+                        line,
+                        why,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Ok(Config {
+            policies,
+            keyring,
+            agents,
+        })
+    }
+}

@@ -1,0 +1,227 @@
+//! The HTTP front: `/mcp` (Streamable HTTP via rmcp) and the approver API, with
+//! agent authentication, DNS-rebinding protection and the exact-JSON check.
+//!
+//! rmcp parses JSON-RPC with `serde_json`, which silently keeps the last of two
+//! duplicate keys and rounds numbers. The payload is the thing humans sign, so
+//! before rmcp sees a request we read the raw body with `approval-core`'s exact
+//! parser: a payload that cannot be carried exactly gets an `INVALID_PAYLOAD` tool
+//! result naming the JSON pointer; a duplicate key anywhere else in the request is
+//! a JSON-RPC error (two readers must never see two different requests).
+
+use crate::approver_api;
+use crate::mcp::{self, McpHandler};
+use crate::service::Service;
+use approval_core::ids::AgentName;
+use approval_core::json::{self, Problem};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Largest MCP request body: the largest payload a policy may allow, plus room.
+pub const MAX_MCP_BODY: usize = 5 * 1024 * 1024;
+
+/// How `/mcp` is exposed.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// `Host` values accepted (names or `host:port`).
+    pub allowed_hosts: Vec<String>,
+    /// `Origin` values accepted; empty means any request carrying `Origin` is refused.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: vec![
+                "localhost".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+                "[::1]".into(),
+            ],
+            allowed_origins: vec![],
+        }
+    }
+}
+
+#[derive(Clone)]
+struct McpState {
+    svc: Arc<Service>,
+}
+
+/// The `/mcp` route with its guards.
+pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_allowed_hosts(opts.allowed_hosts.clone())
+        .with_allowed_origins(opts.allowed_origins.clone())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(MAX_MCP_BODY)
+        .with_sse_keep_alive(None);
+    let handler_svc = svc.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(McpHandler::new(handler_svc.clone())),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let state = McpState { svc };
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(exact_json))
+        .layer(middleware::from_fn_with_state(state, authenticate))
+}
+
+/// Everything on one listener.
+pub fn app(svc: Arc<Service>, opts: &McpOptions) -> Router {
+    mcp_router(svc.clone(), opts).merge(approver_api::router(svc))
+}
+
+fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
+    let body =
+        json!({"jsonrpc": "2.0", "id": Value::Null, "error": {"code": code, "message": message}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Identifies the agent: a bearer token from the agents file, or, without one,
+/// a loopback peer as `local`.
+async fn authenticate(State(st): State<McpState>, mut req: Request, next: Next) -> Response {
+    let config = st.svc.config();
+    let agent = match &config.agents {
+        Some(agents) => {
+            let token = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            match token.and_then(|t| agents.authenticate(t)) {
+                Some(a) => a,
+                None => {
+                    let mut r = rpc_error(
+                        StatusCode::UNAUTHORIZED,
+                        -32001,
+                        "missing or unknown agent token: send `Authorization: Bearer <token>` from `approval-server agent add NAME`".into(),
+                    );
+                    r.headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    return r;
+                }
+            }
+        }
+        None => {
+            let loopback = req
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .is_some_and(|c| c.0.ip().is_loopback());
+            if !loopback {
+                return rpc_error(
+                    StatusCode::FORBIDDEN,
+                    -32001,
+                    "without an agents file only loopback clients are served: start the server with --agents FILE".into(),
+                );
+            }
+            match AgentName::parse("local") {
+                Ok(a) => a,
+                Err(_) => {
+                    return rpc_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        -32603,
+                        "no local identity".into(),
+                    )
+                }
+            }
+        }
+    };
+    req.extensions_mut().insert(agent);
+    next.run(req).await
+}
+
+/// Reads the raw body exactly before rmcp does (see the module comment).
+async fn exact_json(req: Request, next: Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes: Bytes = match axum::body::to_bytes(body, MAX_MCP_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                -32600,
+                format!("request body over {MAX_MCP_BODY} bytes"),
+            );
+        }
+    };
+    let modern = parts
+        .headers
+        .get("mcp-protocol-version")
+        .is_some_and(|v| v.as_bytes() >= b"2026-07-28".as_slice());
+    if let Some(resp) = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|t| check_request(t, modern))
+    {
+        return resp;
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Returns a response when the request must not reach rmcp as it is.
+fn check_request(text: &str, modern: bool) -> Option<Response> {
+    let parsed = json::parse_collecting(text).ok()?;
+    if parsed.problems.is_empty() {
+        return None;
+    }
+    let v = &parsed.value;
+    let is_prepare = v.get("method").and_then(Value::as_str) == Some("tools/call")
+        && v.pointer("/params/name").and_then(Value::as_str) == Some("approval_prepare");
+    if is_prepare {
+        if let Some(p) = parsed.problems.iter().find(|p| {
+            p.pointer == "/params/arguments/payload"
+                || p.pointer.starts_with("/params/arguments/payload/")
+        }) {
+            let mut result =
+                serde_json::to_value(mcp::invalid_payload_result(p)).unwrap_or(Value::Null);
+            if !modern {
+                // `resultType` exists from 2026-07-28 on; older clients get the older shape.
+                if let Some(o) = result.as_object_mut() {
+                    o.remove("resultType");
+                }
+            }
+            let body = json!({"jsonrpc": "2.0", "id": v.get("id").cloned().unwrap_or(Value::Null), "result": result});
+            return Some(
+                (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body.to_string(),
+                )
+                    .into_response(),
+            );
+        }
+    }
+    if let Some(p) = parsed
+        .problems
+        .iter()
+        .find(|p| matches!(p.problem, Problem::DuplicateKey(_) | Problem::LoneSurrogate))
+    {
+        return Some(rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            format!("invalid request: {p}"),
+        ));
+    }
+    None
+}

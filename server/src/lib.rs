@@ -1,0 +1,21 @@
+//! `approval-server`: the durable MCP approval service.
+//!
+//! Agents propose through MCP ([`mcp`]); humans sign through the approver API
+//! ([`approver_api`]); [`service`] holds the operations both share, over the
+//! [`store`] and the rules of `approval-core`. [`run`] wires them to sockets.
+#![forbid(unsafe_code)]
+
+pub mod agents;
+pub mod approver_api;
+pub mod audit;
+pub mod bridge;
+pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod executor;
+pub mod http;
+pub mod mcp;
+pub mod record;
+pub mod run;
+pub mod service;
+pub mod store;

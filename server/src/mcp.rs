@@ -1,0 +1,584 @@
+//! The agent's side: MCP tools over rmcp.
+//!
+//! Five tools and no more. There is deliberately no tool that approves anything:
+//! approval is a signature made elsewhere. Every result carries
+//! `structuredContent` matching the tool's `outputSchema` (mirrored as text) with
+//! a stable `code`; refusals are `isError: true` results that carry the same
+//! structure, so an agent can branch on the code. Malformed calls (unknown tool,
+//! wrong argument types) are JSON-RPC errors.
+//!
+//! The agent's identity is never an argument: the HTTP layer authenticates the
+//! bearer token (or the loopback peer) and puts an [`AgentName`] in the request's
+//! extensions, which rmcp hands to us with the request parts.
+
+use crate::record::ProposalRecord;
+use crate::service::{Service, ServiceError};
+use approval_core::ids::AgentName;
+use approval_core::quorum::{GroupShortfall, QuorumOutcome};
+use approval_core::status::Status;
+use approval_core::Code;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+/// The MCP handler; one is made per request (the HTTP transport is stateless).
+#[derive(Clone)]
+pub struct McpHandler {
+    svc: Arc<Service>,
+}
+
+impl McpHandler {
+    /// A handler over the service.
+    pub fn new(svc: Arc<Service>) -> Self {
+        Self { svc }
+    }
+}
+
+/// Arguments of `approval_prepare`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareArgs {
+    /// The action kind, one of the configured kinds listed in the tool description.
+    pub kind: String,
+    /// The action's parameters, exactly as they should be executed. Must satisfy the kind's schema.
+    pub payload: Value,
+    /// One line describing the action for the human approvers (optional).
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+/// Arguments of `approval_status`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusArgs {
+    /// The id returned by approval_prepare.
+    pub proposal_id: String,
+    /// Wait up to this many seconds (at most 30) for the status to change before answering.
+    #[serde(default)]
+    pub wait_seconds: Option<u64>,
+}
+
+/// Arguments of `approval_execute`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteArgs {
+    /// The id returned by approval_prepare.
+    pub proposal_id: String,
+    /// The preview_sha256 returned by approval_prepare: what the approvers signed.
+    pub preview_sha256: String,
+}
+
+/// Arguments of `approval_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// Only proposals in this status (e.g. PENDING, APPROVED, SUCCEEDED).
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// Arguments of `approval_withdraw`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WithdrawArgs {
+    /// The id of a PENDING proposal of yours.
+    pub proposal_id: String,
+}
+
+/// Who decided and when.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DecisionOut {
+    /// Approver name.
+    pub approver: String,
+    /// When the server accepted the decision (RFC 3339).
+    pub at: String,
+}
+
+/// What quorum needs.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RequiredOut {
+    /// Distinct approvals needed.
+    pub quorum: u32,
+    /// Valid approvals so far.
+    pub have: u32,
+    /// Who may approve.
+    pub approvers: Vec<String>,
+    /// Group requirements not yet met.
+    pub missing_groups: Vec<GroupOut>,
+}
+
+/// A group requirement not yet met.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GroupOut {
+    /// Members.
+    pub group: Vec<String>,
+    /// Approvals from the group so far.
+    pub have: u32,
+    /// Needed.
+    pub need: u32,
+}
+
+/// The stored result of an execution.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ResultOut {
+    /// SUCCEEDED, FAILED or UNKNOWN.
+    pub outcome: String,
+    /// Bounded excerpt of what happened.
+    pub detail: String,
+    /// Digest of what was read back, if any.
+    pub readback_sha256: Option<String>,
+    /// When it finished.
+    pub finished_at: String,
+}
+
+/// One proposal in a listing.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListItem {
+    /// Id.
+    pub proposal_id: String,
+    /// Kind.
+    pub kind: String,
+    /// Status now.
+    pub status: String,
+    /// Summary.
+    pub summary: String,
+    /// Hash approvers sign.
+    pub preview_sha256: String,
+    /// Created.
+    pub created_at: String,
+    /// Expires (while pending).
+    pub expires_at: String,
+}
+
+/// Every tool's structured result (and refusal). Fields not relevant to a tool are omitted.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct ToolOutput {
+    /// Stable machine-readable code: branch on this.
+    pub code: String,
+    /// What happened and what to do next.
+    pub message: String,
+    /// Whether calling again later may succeed. False after any terminal code: do not retry.
+    pub retry_allowed: bool,
+    /// The proposal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal_id: Option<String>,
+    /// Its status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// The hash the approvers sign; pass it to approval_execute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview_sha256: Option<String>,
+    /// The full canonical preview.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<Value>,
+    /// When a pending proposal expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Until when an approved proposal may be executed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executable_until: Option<String>,
+    /// Whether approval_execute would run it now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executable: Option<bool>,
+    /// Approvals so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Vec<DecisionOut>>,
+    /// Rejections so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejections: Option<Vec<DecisionOut>>,
+    /// What quorum needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required: Option<RequiredOut>,
+    /// The execution result, once run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultOut>,
+    /// Listing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposals: Option<Vec<ListItem>>,
+}
+
+fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
+    let v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+    match v {
+        Value::Object(mut m) => {
+            m.remove("$schema");
+            m.remove("title");
+            Arc::new(m)
+        }
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// The tools, with descriptions that tell the model what to do next.
+pub fn tools(kinds: &[(String, String)]) -> Vec<Tool> {
+    let kind_list = kinds
+        .iter()
+        .map(|(k, d)| format!("`{k}` ({d})"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let out = schema_of::<ToolOutput>();
+    vec![
+        Tool::new(
+            "approval_prepare",
+            format!(
+                "Propose an action that needs human approval. Nothing runs now. Returns a proposal_id and a preview_sha256. \
+                 Then tell your human what is waiting (the kind, the summary and the first 8 characters of preview_sha256) and \
+                 that approvers must sign it with signer-cli; then poll approval_status with wait_seconds. Configured kinds: {kind_list}."
+            ),
+            schema_of::<PrepareArgs>(),
+        )
+        .with_raw_output_schema(out.clone())
+        .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false)),
+        Tool::new(
+            "approval_status",
+            "Status of one of your proposals: approvals and rejections so far, what quorum still needs, whether it is executable, \
+             and the result if it ran. Pass wait_seconds (up to 30) to wait for a change instead of polling rapidly. \
+             When executable is true, call approval_execute once.",
+            schema_of::<StatusArgs>(),
+        )
+        .with_raw_output_schema(out.clone())
+        .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true)),
+        Tool::new(
+            "approval_execute",
+            "Run an approved proposal, exactly once. Pass the proposal_id and the preview_sha256 from approval_prepare. \
+             The action runs at most once whatever happens: never call this again after any result; a second call is refused \
+             with ALREADY_EXECUTED_NO_REPLAY. If the code is terminal (REJECTED, EXPIRED, REVOKED, POLICY_CHANGED, FAILED, OUTCOME_UNKNOWN), stop and tell your human.",
+            schema_of::<ExecuteArgs>(),
+        )
+        .with_raw_output_schema(out.clone())
+        .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false)),
+        Tool::new(
+            "approval_list",
+            "List your proposals, newest first, optionally only those in one status (PENDING, APPROVED, SUCCEEDED, ...).",
+            schema_of::<ListArgs>(),
+        )
+        .with_raw_output_schema(out.clone())
+        .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true)),
+        Tool::new(
+            "approval_withdraw",
+            "Withdraw one of your PENDING proposals, for instance when the human no longer wants it. It can then never run.",
+            schema_of::<WithdrawArgs>(),
+        )
+        .with_raw_output_schema(out)
+        .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(true)),
+    ]
+}
+
+/// The names of the tools.
+pub const TOOL_NAMES: [&str; 5] = [
+    "approval_prepare",
+    "approval_status",
+    "approval_execute",
+    "approval_list",
+    "approval_withdraw",
+];
+
+/// A refusal as a tool result.
+pub fn refusal(e: &ServiceError) -> CallToolResult {
+    let out = ToolOutput {
+        code: e.code.to_string(),
+        message: e.message.clone(),
+        retry_allowed: e.retry_allowed,
+        proposal_id: e.proposal_id.as_ref().map(|p| p.to_string()),
+        status: e.status.map(|s| s.to_string()),
+        ..Default::default()
+    };
+    CallToolResult::structured_error(serde_json::to_value(out).unwrap_or(Value::Null))
+}
+
+impl McpHandler {
+    /// The full picture of one proposal for the agent.
+    fn describe(
+        &self,
+        rec: &ProposalRecord,
+        message: Option<String>,
+    ) -> Result<ToolOutput, ServiceError> {
+        let now = self.svc.now();
+        let life = rec.lifecycle.at(now);
+        let (tally, policy) = self.svc.tally(rec)?;
+        let spec = policy.spec();
+        let at_of = |name: &approval_core::ApproverName, d: approval_core::Decision| {
+            rec.decisions
+                .iter()
+                .find(|x| &x.signed.approver == name && x.signed.decision == d)
+                .map(|x| x.at.to_string())
+                .unwrap_or_default()
+        };
+        let approvals: Vec<DecisionOut> = tally
+            .approvals
+            .iter()
+            .map(|a| DecisionOut {
+                approver: a.to_string(),
+                at: at_of(a, approval_core::Decision::Approve),
+            })
+            .collect();
+        let rejections: Vec<DecisionOut> = tally
+            .rejections
+            .iter()
+            .map(|a| DecisionOut {
+                approver: a.to_string(),
+                at: at_of(a, approval_core::Decision::Reject),
+            })
+            .collect();
+        let missing: Vec<GroupShortfall> = match &tally.outcome {
+            QuorumOutcome::Pending { missing_groups, .. } => missing_groups.clone(),
+            _ => vec![],
+        };
+        let code = life.status.code();
+        let default_message = match life.status {
+            Status::Pending => {
+                let need = spec.quorum.saturating_sub(approvals.len() as u32);
+                let groups = missing
+                    .iter()
+                    .map(|g| format!(" (including {} of {})", g.need - g.have, g.group.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")))
+                    .collect::<String>();
+                format!(
+                    "Waiting for {need} more approval(s){groups} from {}. Tell your human: proposal {} ({}) waits for approval; \
+                     the preview hash starts {}. Approvers run `signer-cli approve {}`. Poll approval_status with wait_seconds.",
+                    spec.approvers.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "),
+                    rec.id(),
+                    rec.preview.kind,
+                    rec.preview_sha256.prefix(8),
+                    rec.id()
+                )
+            }
+            Status::Approved => "Quorum reached. Call approval_execute once with this proposal_id and preview_sha256.".into(),
+            Status::Executing => "The action is running; poll approval_status. Do not execute again.".into(),
+            Status::Succeeded => "The action ran and succeeded. It will never run again.".into(),
+            Status::Failed => "The action ran and failed; it will not be retried. Tell your human; prepare a new proposal if wanted.".into(),
+            Status::OutcomeUnknown => "The outcome is unknown (interrupted or timed out); a human must check and resolve it. Do not retry.".into(),
+            Status::Rejected => "Approvers rejected this proposal. Do not retry it; tell your human.".into(),
+            Status::Expired => "The proposal expired. Prepare a new one if the action is still wanted.".into(),
+            Status::Revoked => "An approver revoked the approval. Do not retry it; tell your human.".into(),
+            Status::Withdrawn => "The proposal was withdrawn.".into(),
+            Status::PolicyChanged => "The policy for this kind changed; prepare the action again under the new policy.".into(),
+        };
+        Ok(ToolOutput {
+            code: code.to_string(),
+            message: message.unwrap_or(default_message),
+            retry_allowed: matches!(
+                life.status,
+                Status::Pending | Status::Approved | Status::Executing
+            ),
+            proposal_id: Some(rec.id().to_string()),
+            status: Some(life.status.to_string()),
+            preview_sha256: Some(rec.preview_sha256.to_string()),
+            preview: None,
+            expires_at: Some(rec.preview.expires_at.to_string()),
+            executable_until: life.executable_until.map(|t| t.to_string()),
+            executable: Some(life.status == Status::Approved),
+            approvals: Some(approvals),
+            rejections: Some(rejections),
+            required: Some(RequiredOut {
+                quorum: spec.quorum,
+                have: tally.approvals.len() as u32,
+                approvers: spec.approvers.iter().map(|a| a.to_string()).collect(),
+                missing_groups: missing
+                    .into_iter()
+                    .map(|g| GroupOut {
+                        group: g.group.iter().map(|n| n.to_string()).collect(),
+                        have: g.have,
+                        need: g.need,
+                    })
+                    .collect(),
+            }),
+            result: rec.result.as_ref().map(|r| ResultOut {
+                outcome: serde_json::to_value(r.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                detail: r.detail.clone(),
+                readback_sha256: r.readback_sha256.map(|h| h.to_string()),
+                finished_at: r.finished_at.to_string(),
+            }),
+            proposals: None,
+        })
+    }
+
+    async fn dispatch(
+        &self,
+        agent: &AgentName,
+        name: &str,
+        args: Value,
+    ) -> Result<Result<ToolOutput, ServiceError>, McpError> {
+        fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: Value) -> Result<T, McpError> {
+            serde_json::from_value(args).map_err(|e| {
+                McpError::invalid_params(format!("invalid arguments for {tool}: {e}"), None)
+            })
+        }
+        Ok(match name {
+            "approval_prepare" => {
+                let a: PrepareArgs = parse(name, args)?;
+                match self.svc.prepare(agent, &a.kind, a.payload, a.summary).await {
+                    Ok((rec, _)) => self.describe(&rec, None).map(|mut o| {
+                        o.preview = Some(rec.preview.to_value());
+                        o
+                    }),
+                    Err(e) => Err(e),
+                }
+            }
+            "approval_status" => {
+                let a: StatusArgs = parse(name, args)?;
+                match self
+                    .svc
+                    .status(agent, &a.proposal_id, a.wait_seconds.unwrap_or(0))
+                    .await
+                {
+                    Ok(rec) => self.describe(&rec, None),
+                    Err(e) => Err(e),
+                }
+            }
+            "approval_execute" => {
+                let a: ExecuteArgs = parse(name, args)?;
+                match self
+                    .svc
+                    .execute(agent, &a.proposal_id, &a.preview_sha256)
+                    .await
+                {
+                    Ok(rec) => self.describe(&rec, None),
+                    Err(e) => Err(e),
+                }
+            }
+            "approval_list" => {
+                let a: ListArgs = parse(name, args)?;
+                let status = match a.status.as_deref() {
+                    None | Some("") => None,
+                    Some(s) => Some(Status::parse(s).ok_or_else(|| {
+                        McpError::invalid_params(
+                            format!(
+                                "unknown status {s:?}: use one of {}",
+                                Status::ALL.map(|s| s.as_str()).join(", ")
+                            ),
+                            None,
+                        )
+                    })?),
+                };
+                let now = self.svc.now();
+                self.svc
+                    .list_for_agent(agent, status, 100)
+                    .map(|recs| ToolOutput {
+                        code: "OK".into(),
+                        message: format!("{} proposal(s)", recs.len()),
+                        retry_allowed: true,
+                        proposals: Some(
+                            recs.iter()
+                                .map(|r| ListItem {
+                                    proposal_id: r.id().to_string(),
+                                    kind: r.preview.kind.to_string(),
+                                    status: r.lifecycle.at(now).status.to_string(),
+                                    summary: r.preview.summary.clone(),
+                                    preview_sha256: r.preview_sha256.to_string(),
+                                    created_at: r.preview.created_at.to_string(),
+                                    expires_at: r.preview.expires_at.to_string(),
+                                })
+                                .collect(),
+                        ),
+                        ..Default::default()
+                    })
+            }
+            "approval_withdraw" => {
+                let a: WithdrawArgs = parse(name, args)?;
+                match self.svc.withdraw(agent, &a.proposal_id).await {
+                    Ok(rec) => self.describe(&rec, None),
+                    Err(e) => Err(e),
+                }
+            }
+            other => {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "unknown tool {other:?}: the tools are {}",
+                        TOOL_NAMES.join(", ")
+                    ),
+                    None,
+                ))
+            }
+        })
+    }
+}
+
+/// The protocol revisions served.
+pub fn protocol_versions() -> Vec<ProtocolVersion> {
+    vec![
+        ProtocolVersion::V_2025_03_26,
+        ProtocolVersion::V_2025_06_18,
+        ProtocolVersion::V_2025_11_25,
+        ProtocolVersion::V_2026_07_28,
+    ]
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> InitializeResult {
+        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        info.protocol_version = ProtocolVersion::V_2025_11_25;
+        info.server_info = Implementation::new("approval-server", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "An approval gate: actions with real effects need a quorum of human signatures before they run. \
+             Call approval_prepare, tell your human what is waiting (kind, summary, first 8 characters of preview_sha256), \
+             poll approval_status with wait_seconds, call approval_execute exactly once when executable, and never retry after a terminal code."
+                .into(),
+        );
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Owned(protocol_versions())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let kinds: Vec<(String, String)> = self
+            .svc
+            .config()
+            .policies
+            .iter()
+            .map(|p| (p.kind().to_string(), p.spec().description.clone()))
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools(&kinds)))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let agent = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<AgentName>().cloned())
+            .ok_or_else(|| {
+                McpError::invalid_request("no authenticated agent on this request", None)
+            })?;
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let result = match self.dispatch(&agent, &request.name, args).await? {
+            Ok(out) => CallToolResult::structured(serde_json::to_value(out).unwrap_or(Value::Null)),
+            Err(e) => refusal(&e),
+        };
+        Ok(result.into())
+    }
+}
+
+/// The refusal for a payload the exact-JSON check caught before rmcp parsed the request.
+pub fn invalid_payload_result(err: &approval_core::json::PayloadError) -> CallToolResult {
+    let mut e = err.clone();
+    e.pointer = e
+        .pointer
+        .strip_prefix("/params/arguments/payload")
+        .unwrap_or(&e.pointer)
+        .to_owned();
+    refusal(&ServiceError::new(
+        Code::InvalidPayload,
+        format!("payload {e}"),
+    ))
+}

@@ -1,0 +1,220 @@
+//! Start-up, serving and shutdown.
+//!
+//! Order matters: open the store, load the configuration (refusing to start on a
+//! broken one), turn every EXECUTING record into OUTCOME_UNKNOWN, void proposals
+//! whose policy changed while we were down, and only then accept requests.
+
+use crate::clock::SystemClock;
+use crate::config::ConfigSource;
+use crate::executor::ExecContext;
+use crate::http::{self, McpOptions};
+use crate::service::Service;
+use crate::store::{SledStore, Store};
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Store folder.
+    pub data: PathBuf,
+    /// Where the rules come from.
+    pub source: ConfigSource,
+    /// `/mcp` (and the approver API, unless separate).
+    pub listen: SocketAddr,
+    /// A separate address for the approver API.
+    pub approver_listen: Option<SocketAddr>,
+    /// Extra `Host` values accepted on `/mcp`.
+    pub allowed_hosts: Vec<String>,
+    /// `Origin` values accepted on `/mcp`.
+    pub allowed_origins: Vec<String>,
+    /// Demo mode: where the demo keys are, for the banner.
+    pub demo_keys: Option<PathBuf>,
+}
+
+/// Opens the store and builds the service, recovering from a previous crash.
+pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
+    std::fs::create_dir_all(&opts.data)
+        .with_context(|| format!("cannot create {}", opts.data.display()))?;
+    let config = opts.source.load().context("configuration refused")?;
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
+            format!(
+                "cannot open the store in {} (is another server using it?)",
+                opts.data.display()
+            )
+        })?);
+    let svc = Service::new(
+        store,
+        config,
+        Some(opts.source.clone()),
+        Arc::new(SystemClock),
+        ExecContext::new(opts.data.clone()),
+    );
+    let recovered = svc.recover().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    if recovered > 0 {
+        tracing::warn!(
+            recovered,
+            "proposals found EXECUTING are now OUTCOME_UNKNOWN"
+        );
+    }
+    let voided = svc
+        .void_changed_policies()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if voided > 0 {
+        tracing::warn!(
+            voided,
+            "proposals under changed policies are now POLICY_CHANGED"
+        );
+    }
+    Ok(svc)
+}
+
+fn url_host(addr: &SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("{}:{}", a.ip(), a.port()),
+        SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+/// Serves until SIGINT or SIGTERM; reloads on SIGHUP.
+pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> {
+    let mut mcp_opts = McpOptions::default();
+    mcp_opts
+        .allowed_hosts
+        .extend(opts.allowed_hosts.iter().cloned());
+    if !opts.listen.ip().is_unspecified() {
+        mcp_opts.allowed_hosts.push(opts.listen.ip().to_string());
+    }
+    mcp_opts.allowed_origins = opts.allowed_origins.clone();
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    let mcp_addr = listener.local_addr()?;
+    let (main_router, approver) = match opts.approver_listen {
+        Some(a) => {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on {a}"))?;
+            (http::mcp_router(svc.clone(), &mcp_opts), Some(l))
+        }
+        None => (http::app(svc.clone(), &mcp_opts), None),
+    };
+    let approver_addr = match &approver {
+        Some(l) => l.local_addr()?,
+        None => mcp_addr,
+    };
+    println!("MCP endpoint: http://{}/mcp", url_host(&mcp_addr));
+    println!("Approver API: http://{}", url_host(&approver_addr));
+    if let Some(keys) = &opts.demo_keys {
+        println!(
+            "{}",
+            crate::demo::banner(
+                &format!("http://{}/mcp", url_host(&mcp_addr)),
+                &format!("http://{}", url_host(&approver_addr)),
+                keys
+            )
+        );
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    let shutdown = tokio_util_shutdown();
+    spawn_background(svc.clone());
+    let main = axum::serve(
+        listener,
+        main_router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().wait());
+    match approver {
+        Some(l) => {
+            let api = axum::serve(
+                l,
+                crate::approver_api::router(svc.clone())
+                    .into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(shutdown.clone().wait());
+            let (a, b) = tokio::join!(main, api);
+            a?;
+            b?;
+        }
+        None => main.await?,
+    }
+    // In-flight requests have finished; make sure everything they wrote is on disk.
+    let store = svc.store().clone();
+    tokio::task::spawn_blocking(move || store.flush_blocking()).await??;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// A shutdown signal shared by several servers.
+#[derive(Clone)]
+struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+impl Shutdown {
+    async fn wait(mut self) {
+        let _ = self.0.wait_for(|v| *v).await;
+    }
+}
+
+fn tokio_util_shutdown() -> Shutdown {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot listen for SIGTERM");
+                        let _ = ctrl_c.await;
+                        let _ = tx.send(true);
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = tx.send(true);
+    });
+    Shutdown(rx)
+}
+
+fn spawn_background(svc: Arc<Service>) {
+    let sweeper = svc.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            match sweeper.sweep().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(expired = n, "expiry sweep"),
+                Err(e) => tracing::error!(error = %e, "expiry sweep failed"),
+            }
+        }
+    });
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::error!("cannot listen for SIGHUP: reload disabled");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match svc.reload().await {
+                Ok(voided) => tracing::info!(voided, "configuration reloaded"),
+                Err(e) => tracing::error!("reload refused, keeping the old configuration:\n{e}"),
+            }
+        }
+    });
+}

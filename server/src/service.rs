@@ -1,0 +1,891 @@
+//! The approval service: every operation the agent side (MCP) and the human side
+//! (approver API) can ask for, over the store, the configuration and the clock.
+//!
+//! The transports are thin: they turn requests into calls here and results into
+//! their wire formats. Each state change goes through [`Service::transition`]:
+//! read the record, compute the next one with `approval-core`, compare-and-swap
+//! it into the store together with its audit events, flush (grouped), then
+//! announce it. No lock is held across I/O and the executor runs outside all of
+//! it, in its own task, so a client that hangs up cannot leave a claim unfinished.
+
+use crate::audit::{AuditEvent, AuditKind};
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError, ConfigSource};
+use crate::executor::{self, ExecContext};
+use crate::record::{ExecResult, ProposalRecord, StoredDecision, SCHEMA_VERSION};
+use crate::store::{Cas, GroupCommit, Store, StoreError};
+use approval_core::ids::AgentName;
+use approval_core::message::{Decision, SignedDecision};
+use approval_core::policy::{PayloadRefusal, Policy};
+use approval_core::quorum::{evaluate, QuorumOutcome, Tally};
+use approval_core::receipt::Receipt;
+use approval_core::status::{Lifecycle, Outcome, Status};
+use approval_core::{ApproverName, Code, Kind, Preview, ProposalId, Sha256Hex, Timestamp};
+use serde_json::{json, Value};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// The longest `wait_seconds` honoured.
+pub const MAX_WAIT_SECONDS: u64 = 30;
+/// The longest summary accepted, in characters.
+pub const MAX_SUMMARY_CHARS: usize = 500;
+/// The most records a listing returns.
+pub const MAX_LIST: usize = 1000;
+
+/// A refusal with the code a client branches on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceError {
+    /// Stable code.
+    pub code: Code,
+    /// What was wrong and what to do.
+    pub message: String,
+    /// The proposal's status, where there is one.
+    pub status: Option<Status>,
+    /// Whether trying again later may succeed.
+    pub retry_allowed: bool,
+    /// The proposal, where there is one.
+    pub proposal_id: Option<ProposalId>,
+}
+
+impl ServiceError {
+    /// A refusal without a proposal.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            status: None,
+            retry_allowed: false,
+            proposal_id: None,
+        }
+    }
+
+    fn about(mut self, rec: &ProposalRecord, now: Timestamp) -> Self {
+        self.status = Some(rec.lifecycle.at(now).status);
+        self.proposal_id = Some(rec.id().clone());
+        self
+    }
+
+    fn retry(mut self, yes: bool) -> Self {
+        self.retry_allowed = yes;
+        self
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "storage failure");
+        ServiceError::new(
+            Code::Internal,
+            format!("the server could not store this: {e}; nothing was changed, try again"),
+        )
+        .retry(true)
+    }
+}
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// A change to a proposal, announced to long-polls and watchers.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Which proposal.
+    pub id: ProposalId,
+}
+
+/// The result of posting a decision.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    /// The record after the decision.
+    pub record: ProposalRecord,
+    /// True when this exact signed decision was already recorded.
+    pub already_recorded: bool,
+}
+
+/// The approval service.
+pub struct Service {
+    store: Arc<dyn Store>,
+    commit: GroupCommit,
+    config: RwLock<Arc<Config>>,
+    source: Option<ConfigSource>,
+    clock: Arc<dyn Clock>,
+    events: broadcast::Sender<Event>,
+    exec: ExecContext,
+}
+
+fn transition_refusal(
+    rec: &ProposalRecord,
+    now: Timestamp,
+    e: approval_core::status::TransitionError,
+) -> ServiceError {
+    let message = match e.code {
+        Code::AlreadyExecutedNoReplay => "this proposal was already executed; it is never run again. Do not retry: report the stored result".to_owned(),
+        Code::ExecutionInProgress => "another call is executing this proposal right now; poll approval_status for the result, do not execute again".to_owned(),
+        Code::PendingQuorum => "not enough approvals yet: ask your human approvers to sign it, then poll approval_status".to_owned(),
+        Code::Expired => "the proposal ran out of time; prepare a new one if the action is still wanted".to_owned(),
+        Code::Rejected => "approvers rejected this proposal; do not retry it".to_owned(),
+        Code::Revoked => "an approver revoked the approval; do not retry it".to_owned(),
+        Code::Withdrawn => "the proposal was withdrawn".to_owned(),
+        Code::PolicyChanged => "the policy for this kind changed after it was proposed; prepare it again under the new policy".to_owned(),
+        Code::OutcomeUnknown => "the outcome of this proposal is unknown and waits for a human to resolve it".to_owned(),
+        _ => e.to_string(),
+    };
+    let retry = matches!(e.code, Code::PendingQuorum | Code::ExecutionInProgress);
+    ServiceError::new(e.code, message)
+        .about(rec, now)
+        .retry(retry)
+}
+
+impl Service {
+    /// Builds the service over a store and a loaded configuration.
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: Config,
+        source: Option<ConfigSource>,
+        clock: Arc<dyn Clock>,
+        exec: ExecContext,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            commit: GroupCommit::new(store.clone()),
+            store,
+            config: RwLock::new(Arc::new(config)),
+            source,
+            clock,
+            events: broadcast::channel(4096).0,
+            exec,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        match self.config.read() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Now, by the injected clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Group-commit statistics.
+    pub fn fsync_count(&self) -> u64 {
+        self.commit.fsync_count()
+    }
+
+    /// Subscribes to proposal changes.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// The policy a record was made under: the one in force when it still matches
+    /// (no re-parsing on the hot path), else the record's own copy.
+    pub fn policy_of(&self, rec: &ProposalRecord) -> Result<Arc<Policy>, ServiceError> {
+        if let Some(p) = self.config().policies.get(&rec.preview.kind) {
+            if p.sha256() == rec.preview.policy_sha256 {
+                return Ok(p.clone());
+            }
+        }
+        Policy::from_canonical_json(&rec.policy)
+            .map(Arc::new)
+            .map_err(|e| {
+                ServiceError::new(Code::Internal, format!("stored policy unreadable: {e}"))
+            })
+    }
+
+    /// Counts the record's decisions under its policy and the keyring in force.
+    pub fn tally(&self, rec: &ProposalRecord) -> Result<(Tally, Arc<Policy>), ServiceError> {
+        let policy = self.policy_of(rec)?;
+        let keyring = &self.config().keyring;
+        let tally = evaluate(
+            &policy,
+            keyring,
+            &rec.preview_sha256,
+            &rec.signed_decisions(),
+        );
+        Ok((tally, policy))
+    }
+
+    fn get(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
+        self.store.get(id)?.ok_or_else(|| {
+            ServiceError::new(
+                Code::UnknownProposal,
+                format!("no proposal {id}: check the id from approval_prepare or approval_list"),
+            )
+        })
+    }
+
+    fn get_for_agent(&self, agent: &AgentName, id: &str) -> Result<ProposalRecord, ServiceError> {
+        let unknown = || {
+            ServiceError::new(Code::UnknownProposal, format!("no proposal {id:?} of yours: check the id from approval_prepare or approval_list"))
+        };
+        let id = ProposalId::parse(id).map_err(|_| unknown())?;
+        match self.store.get(&id)? {
+            Some(rec) if &rec.preview.requested_by == agent => Ok(rec),
+            _ => Err(unknown()),
+        }
+    }
+
+    /// Applies a change with compare-and-swap, retrying on conflict; flushes and
+    /// announces it. `f` returns `None` for "nothing to change".
+    async fn transition<F>(&self, id: &ProposalId, f: F) -> Result<ProposalRecord, ServiceError>
+    where
+        F: Fn(
+            &ProposalRecord,
+            Timestamp,
+        ) -> Result<Option<(ProposalRecord, Vec<AuditEvent>)>, ServiceError>,
+    {
+        loop {
+            let cur = self.get(id)?;
+            let now = self.now();
+            let Some((next, events)) = f(&cur, now)? else {
+                return Ok(cur);
+            };
+            match self.store.update(&next, events)? {
+                Cas::Applied => {
+                    self.commit.flush().await?;
+                    let _ = self.events.send(Event { id: id.clone() });
+                    return Ok(next);
+                }
+                Cas::Conflict(_) => continue,
+                Cas::Missing => {
+                    return Err(self
+                        .get(id)
+                        .err()
+                        .unwrap_or_else(|| ServiceError::new(Code::UnknownProposal, "gone")))
+                }
+            }
+        }
+    }
+
+    fn event(kind: AuditKind, rec: &ProposalRecord, now: Timestamp, detail: Value) -> AuditEvent {
+        AuditEvent {
+            kind,
+            proposal_id: rec.id().clone(),
+            at: now,
+            detail,
+        }
+    }
+
+    /// `approval_prepare`.
+    pub async fn prepare(
+        &self,
+        agent: &AgentName,
+        kind: &str,
+        payload: Value,
+        summary: Option<String>,
+    ) -> Result<(ProposalRecord, Arc<Policy>), ServiceError> {
+        let config = self.config();
+        let kinds = || {
+            config
+                .policies
+                .iter()
+                .map(|p| p.kind().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let policy = Kind::parse(kind)
+            .ok()
+            .and_then(|k| config.policies.get(&k).cloned())
+            .ok_or_else(|| {
+                ServiceError::new(
+                    Code::UnknownKind,
+                    format!("no policy for kind {kind:?}: use one of: {}", kinds()),
+                )
+            })?;
+        policy.check_payload(&payload).map_err(|e| {
+            let hint = match &e {
+                PayloadRefusal::Inexact(_) | PayloadRefusal::TooLarge { .. } => String::new(),
+                PayloadRefusal::Schema { .. } => format!(
+                    "; the schema is: {}",
+                    policy.spec().payload_schema.clone().unwrap_or(Value::Null)
+                ),
+            };
+            ServiceError::new(Code::InvalidPayload, format!("{e}{hint}"))
+        })?;
+        let summary = summary.unwrap_or_default();
+        let n = summary.chars().count();
+        if n > MAX_SUMMARY_CHARS {
+            return Err(ServiceError::new(
+                Code::InvalidPayload,
+                format!(
+                    "summary is {n} characters: keep it to one line of at most {MAX_SUMMARY_CHARS}"
+                ),
+            ));
+        }
+        let mut rnd = [0u8; 16];
+        getrandom::fill(&mut rnd)
+            .map_err(|e| ServiceError::new(Code::Internal, format!("no randomness: {e}")))?;
+        let id = ProposalId::parse(&format!("p-{}", hex::encode(rnd)))
+            .map_err(|e| ServiceError::new(Code::Internal, e.to_string()))?;
+        let now = self.now();
+        let preview = Preview {
+            v: 1,
+            server_id: self.store.server_id().clone(),
+            proposal_id: id,
+            kind: policy.kind().clone(),
+            payload,
+            summary,
+            requested_by: agent.clone(),
+            created_at: now,
+            expires_at: now.plus(policy.spec().ttl),
+            policy_sha256: policy.sha256(),
+        };
+        let rec = ProposalRecord {
+            schema: SCHEMA_VERSION,
+            revision: 0,
+            preview_sha256: preview.sha256(),
+            lifecycle: Lifecycle::new(preview.expires_at),
+            preview,
+            policy: policy.canonical_json().clone(),
+            decisions: vec![],
+            result: None,
+            updated_at: now,
+        };
+        let ev = Self::event(
+            AuditKind::Proposed,
+            &rec,
+            now,
+            json!({"agent": agent, "kind": rec.preview.kind, "preview_sha256": rec.preview_sha256}),
+        );
+        self.store.create(&rec, vec![ev])?;
+        self.commit.flush().await?;
+        let _ = self.events.send(Event {
+            id: rec.id().clone(),
+        });
+        tracing::info!(id = %rec.id(), kind = %rec.preview.kind, agent = %agent, "proposed");
+        Ok((rec, policy))
+    }
+
+    /// `approval_status`, long-polling up to `wait_seconds` for a change.
+    pub async fn status(
+        &self,
+        agent: &AgentName,
+        id: &str,
+        wait_seconds: u64,
+    ) -> Result<ProposalRecord, ServiceError> {
+        let mut rx = self.subscribe();
+        let rec = self.get_for_agent(agent, id)?;
+        let wait = wait_seconds.min(MAX_WAIT_SECONDS);
+        let life = rec.lifecycle.at(self.now());
+        if wait == 0 || life.status.is_final() || life.status == Status::OutcomeUnknown {
+            return Ok(rec);
+        }
+        // Wake for a change to this proposal, or when its deadline passes.
+        let mut secs = wait;
+        let deadline = match life.status {
+            Status::Pending => Some(life.expires_at),
+            Status::Approved => life.executable_until,
+            _ => None,
+        };
+        if let Some(d) = deadline {
+            let left = (d.unix() - self.now().unix()).max(0) as u64;
+            secs = secs.min(left + 1);
+        }
+        let sleep = tokio::time::sleep(Duration::from_secs(secs));
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Ok(ev) if &ev.id == rec.id() => break,
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = &mut sleep => break,
+            }
+        }
+        self.get_for_agent(agent, id)
+    }
+
+    /// `approval_list`: the caller's proposals, newest first.
+    pub fn list_for_agent(
+        &self,
+        agent: &AgentName,
+        status: Option<Status>,
+        limit: usize,
+    ) -> Result<Vec<ProposalRecord>, ServiceError> {
+        let now = self.now();
+        let all = self.store.list_agent(
+            agent,
+            if status.is_some() {
+                MAX_LIST * 10
+            } else {
+                limit.min(MAX_LIST)
+            },
+        )?;
+        Ok(all
+            .into_iter()
+            .filter(|r| status.is_none_or(|s| r.lifecycle.at(now).status == s))
+            .take(limit.min(MAX_LIST))
+            .collect())
+    }
+
+    /// `approval_withdraw`: PENDING only.
+    pub async fn withdraw(
+        &self,
+        agent: &AgentName,
+        id: &str,
+    ) -> Result<ProposalRecord, ServiceError> {
+        let rec = self.get_for_agent(agent, id)?;
+        self.transition(rec.id(), |cur, now| {
+            let life = cur
+                .lifecycle
+                .withdraw(now)
+                .map_err(|e| transition_refusal(cur, now, e))?;
+            let next = cur.with_lifecycle(life, now);
+            Ok(Some((
+                next.clone(),
+                vec![Self::event(AuditKind::Withdrawn, &next, now, json!({}))],
+            )))
+        })
+        .await
+    }
+
+    /// `approval_execute`: checks the hash, re-checks policy and quorum, claims,
+    /// runs the executor once and stores the outcome.
+    pub async fn execute(
+        self: &Arc<Self>,
+        agent: &AgentName,
+        id: &str,
+        preview_sha256: &str,
+    ) -> Result<ProposalRecord, ServiceError> {
+        let rec = self.get_for_agent(agent, id)?;
+        let now = self.now();
+        if Sha256Hex::parse(preview_sha256).ok() != Some(rec.preview_sha256) {
+            return Err(ServiceError::new(
+                Code::PreviewMismatch,
+                format!("preview_sha256 does not match this proposal (its hash starts {}): execute exactly what was approved, using the hash from approval_prepare", rec.preview_sha256.prefix(8)),
+            )
+            .about(&rec, now)
+            .retry(true));
+        }
+        // The policy must be the one the approvers signed under.
+        let current = self.config().policies.get(&rec.preview.kind).cloned();
+        if current.as_ref().map(|p| p.sha256()) != Some(rec.preview.policy_sha256) {
+            let voided = self.void_one(rec.id()).await?;
+            return Err(transition_refusal(
+                &voided,
+                now,
+                approval_core::status::TransitionError {
+                    from: voided.lifecycle.at(now).status,
+                    action: "execute",
+                    code: if voided.lifecycle.at(now).status == Status::PolicyChanged {
+                        Code::PolicyChanged
+                    } else {
+                        voided.lifecycle.at(now).status.code()
+                    },
+                },
+            ));
+        }
+        let claimed = self
+            .transition(rec.id(), |cur, now| {
+                let life = cur.lifecycle.claim(now).map_err(|e| transition_refusal(cur, now, e))?;
+                let (tally, _) = self.tally(cur)?;
+                if tally.outcome != QuorumOutcome::Reached {
+                    return Err(ServiceError::new(
+                        Code::PendingQuorum,
+                        "the approvals no longer reach quorum under the keyring in force (an approver's key was removed); ask approvers to sign again",
+                    )
+                    .about(cur, now));
+                }
+                let next = cur.with_lifecycle(life, now);
+                Ok(Some((next.clone(), vec![Self::event(AuditKind::Executing, &next, now, json!({"agent": agent}))])))
+            })
+            .await?;
+        // Run the effect in its own task: if the caller goes away, the outcome is still recorded.
+        let svc = self.clone();
+        let handle = tokio::spawn(async move { svc.run_claimed(claimed).await });
+        match handle.await {
+            Ok(r) => r,
+            Err(e) => Err(ServiceError::new(
+                Code::Internal,
+                format!("executor task failed: {e}"),
+            )),
+        }
+    }
+
+    async fn run_claimed(&self, claimed: ProposalRecord) -> Result<ProposalRecord, ServiceError> {
+        let policy = self.policy_of(&claimed)?;
+        let receipt = Receipt::build(
+            &claimed.preview,
+            &policy,
+            &self.config().keyring,
+            &claimed.signed_decisions(),
+        );
+        let cfg = policy.spec().executor.clone();
+        let exec = self.exec.clone();
+        let (id, payload) = (claimed.id().clone(), claimed.preview.payload.clone());
+        let report =
+            match tokio::spawn(
+                async move { executor::run(&cfg, &exec, &id, &payload, &receipt).await },
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => executor::ExecReport {
+                    outcome: Outcome::Unknown,
+                    detail: format!("executor crashed: {e}"),
+                    readback_sha256: None,
+                },
+            };
+        tracing::info!(id = %claimed.id(), outcome = ?report.outcome, "executed");
+        self.transition(claimed.id(), |cur, now| {
+            let life = cur
+                .lifecycle
+                .finish(report.outcome)
+                .map_err(|e| transition_refusal(cur, now, e))?;
+            let mut next = cur.with_lifecycle(life, now);
+            next.result = Some(ExecResult {
+                outcome: report.outcome,
+                detail: report.detail.clone(),
+                readback_sha256: report.readback_sha256,
+                finished_at: now,
+            });
+            let ev = Self::event(
+                AuditKind::Finished,
+                &next,
+                now,
+                json!({"outcome": report.outcome, "readback_sha256": report.readback_sha256}),
+            );
+            Ok(Some((next, vec![ev])))
+        })
+        .await
+    }
+
+    /// Whether an approver may see (and sign) a record.
+    fn visible(&self, approver: &ApproverName, rec: &ProposalRecord) -> bool {
+        rec.names_approver(approver)
+    }
+
+    /// A proposal for an approver.
+    pub fn get_for_approver(
+        &self,
+        approver: &ApproverName,
+        id: &str,
+    ) -> Result<ProposalRecord, ServiceError> {
+        let unknown = || {
+            ServiceError::new(
+                Code::UnknownProposal,
+                format!("no proposal {id:?} that you may decide on"),
+            )
+        };
+        let id = ProposalId::parse(id).map_err(|_| unknown())?;
+        match self.store.get(&id)? {
+            Some(rec) if self.visible(approver, &rec) => Ok(rec),
+            _ => Err(unknown()),
+        }
+    }
+
+    /// Proposals an approver may decide on, by status (stored status; expiry is applied to the view).
+    pub fn list_for_approver(
+        &self,
+        approver: &ApproverName,
+        status: Option<Status>,
+        limit: usize,
+    ) -> Result<Vec<ProposalRecord>, ServiceError> {
+        let limit = limit.min(MAX_LIST);
+        let now = self.now();
+        let recs = match status {
+            Some(s) => {
+                // An effectively expired record is still stored as PENDING/APPROVED until swept.
+                let stored = match s {
+                    Status::Expired => vec![Status::Expired, Status::Pending, Status::Approved],
+                    s => vec![s],
+                };
+                let mut out = Vec::new();
+                for st in stored {
+                    out.extend(self.store.list_status(st, MAX_LIST * 10)?);
+                }
+                out.retain(|r| r.lifecycle.at(now).status == s);
+                out.sort_by(|a, b| b.preview.created_at.cmp(&a.preview.created_at));
+                out
+            }
+            None => {
+                let mut out = Vec::new();
+                for st in Status::ALL {
+                    out.extend(self.store.list_status(st, limit)?);
+                }
+                out.sort_by(|a, b| b.preview.created_at.cmp(&a.preview.created_at));
+                out
+            }
+        };
+        Ok(recs
+            .into_iter()
+            .filter(|r| self.visible(approver, r))
+            .take(limit)
+            .collect())
+    }
+
+    /// Records a signed decision (idempotently) and applies what it causes.
+    pub async fn decide(&self, id: &str, d: SignedDecision) -> Result<Decided, ServiceError> {
+        let config = self.config();
+        let forbidden = |m: String| ServiceError::new(Code::InvalidSignature, m);
+        let key = *config.keyring.get(&d.approver).ok_or_else(|| {
+            forbidden(format!(
+                "approver {} is not in the server's keyring",
+                d.approver
+            ))
+        })?;
+        let rec = self.get_for_approver(&d.approver, id)?;
+        d.verify(&key, &rec.preview_sha256).map_err(|_| {
+            forbidden(format!(
+                "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring",
+                d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision
+            ))
+        })?;
+        if let Some(prev) = rec
+            .decisions
+            .iter()
+            .find(|x| x.signed.approver == d.approver && x.signed.decision == d.decision)
+        {
+            if prev.signed == d {
+                return Ok(Decided {
+                    record: rec,
+                    already_recorded: true,
+                });
+            }
+            return Err(ServiceError::new(
+                Code::AlreadyRecorded,
+                format!(
+                    "{} already recorded a {} on this proposal",
+                    d.approver, d.decision
+                ),
+            )
+            .about(&rec, self.now()));
+        }
+        let already = std::sync::atomic::AtomicBool::new(false);
+        let record = self
+            .transition(rec.id(), |cur, now| {
+                if cur.decisions.iter().any(|x| x.signed == d) {
+                    // The same signed decision arrived concurrently and won.
+                    already.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return Ok(None);
+                }
+                let life = cur.lifecycle.at(now);
+                let allowed = match d.decision {
+                    Decision::Approve | Decision::Reject => life.status == Status::Pending,
+                    Decision::Revoke => life.status == Status::Approved,
+                    Decision::ResolveSucceeded | Decision::ResolveFailed => {
+                        life.status == Status::OutcomeUnknown
+                    }
+                };
+                if !allowed {
+                    return Err(ServiceError::new(
+                        Code::InvalidTransition,
+                        format!("cannot {} a proposal that is {}", d.decision, life.status),
+                    )
+                    .about(cur, now));
+                }
+                let mut next = cur.clone();
+                next.revision += 1;
+                next.updated_at = now;
+                next.decisions.push(StoredDecision {
+                    signed: d.clone(),
+                    at: now,
+                });
+                let mut events = vec![Self::event(
+                    AuditKind::Decision,
+                    cur,
+                    now,
+                    json!({"approver": d.approver, "decision": d.decision, "reason": d.reason}),
+                )];
+                let (tally, policy) = self.tally(&next)?;
+                let spec = policy.spec();
+                let changed = match (life.status, &tally.outcome, d.decision) {
+                    (Status::Pending, QuorumOutcome::Reached, _) => {
+                        Some((life.approve(now, spec.execute_within), AuditKind::Approved))
+                    }
+                    (Status::Pending, QuorumOutcome::Vetoed, _) => {
+                        Some((life.reject(now), AuditKind::Rejected))
+                    }
+                    (Status::Approved, QuorumOutcome::Revoked, _) => {
+                        Some((life.revoke(now), AuditKind::Revoked))
+                    }
+                    (Status::OutcomeUnknown, _, Decision::ResolveSucceeded) => {
+                        Some((life.resolve(true), AuditKind::Resolved))
+                    }
+                    (Status::OutcomeUnknown, _, Decision::ResolveFailed) => {
+                        Some((life.resolve(false), AuditKind::Resolved))
+                    }
+                    _ => None,
+                };
+                next.lifecycle = life;
+                if let Some((l, kind)) = changed {
+                    next.lifecycle = l.map_err(|e| transition_refusal(cur, now, e))?;
+                    events.push(Self::event(
+                        kind,
+                        cur,
+                        now,
+                        json!({"status": next.lifecycle.status, "by": d.approver}),
+                    ));
+                }
+                Ok(Some((next, events)))
+            })
+            .await?;
+        let already = already.load(std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(id = %record.id(), approver = %d.approver, decision = %d.decision, status = %record.status(), "decision");
+        Ok(Decided {
+            record,
+            already_recorded: already,
+        })
+    }
+
+    /// A receipt, once quorum was reached.
+    pub fn receipt(&self, approver: &ApproverName, id: &str) -> Result<Receipt, ServiceError> {
+        let rec = self.get_for_approver(approver, id)?;
+        let now = self.now();
+        let st = rec.lifecycle.at(now).status;
+        let reached = matches!(
+            st,
+            Status::Approved
+                | Status::Executing
+                | Status::Succeeded
+                | Status::Failed
+                | Status::OutcomeUnknown
+        ) || rec.lifecycle.approved_at.is_some();
+        if !reached {
+            return Err(ServiceError::new(
+                Code::InvalidTransition,
+                format!("no receipt: the proposal is {st} and never reached quorum"),
+            )
+            .about(&rec, now));
+        }
+        let policy = self.policy_of(&rec)?;
+        Ok(Receipt::build(
+            &rec.preview,
+            &policy,
+            &self.config().keyring,
+            &rec.signed_decisions(),
+        ))
+    }
+
+    /// Moves every record past its deadline to EXPIRED. Returns how many.
+    pub async fn sweep(&self) -> Result<usize, ServiceError> {
+        let now = self.now();
+        let mut n = 0;
+        for st in [Status::Pending, Status::Approved] {
+            for rec in self.store.list_status(st, usize::MAX)? {
+                if rec.lifecycle.is_expired_at(now) {
+                    self.transition(rec.id(), |cur, now| {
+                        let Ok(life) = cur.lifecycle.expire(now) else {
+                            return Ok(None);
+                        };
+                        let next = cur.with_lifecycle(life, now);
+                        Ok(Some((
+                            next.clone(),
+                            vec![Self::event(
+                                AuditKind::Expired,
+                                &next,
+                                now,
+                                json!({"was": cur.status()}),
+                            )],
+                        )))
+                    })
+                    .await?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// At start-up: every EXECUTING record becomes OUTCOME_UNKNOWN, never re-run.
+    pub async fn recover(&self) -> Result<usize, ServiceError> {
+        let stuck = self.store.list_status(Status::Executing, usize::MAX)?;
+        for rec in &stuck {
+            self.transition(rec.id(), |cur, now| {
+                let Ok(life) = cur.lifecycle.crash_recovered() else { return Ok(None) };
+                let mut next = cur.with_lifecycle(life, now);
+                next.result = Some(ExecResult {
+                    outcome: Outcome::Unknown,
+                    detail: "the server stopped while this ran; a human must check and resolve it (signer-cli resolve)".into(),
+                    readback_sha256: None,
+                    finished_at: now,
+                });
+                Ok(Some((next, vec![Self::event(AuditKind::Finished, cur, now, json!({"outcome": Outcome::Unknown, "why": "found EXECUTING at start-up"}))])))
+            })
+            .await?;
+            tracing::warn!(id = %rec.id(), "found EXECUTING at start-up: now OUTCOME_UNKNOWN, not re-run");
+        }
+        Ok(stuck.len())
+    }
+
+    async fn void_one(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
+        let config = self.config();
+        self.transition(id, |cur, now| {
+            let same = config.policies.get(&cur.preview.kind).map(|p| p.sha256())
+                == Some(cur.preview.policy_sha256);
+            if same {
+                return Ok(None);
+            }
+            let Ok(life) = cur.lifecycle.policy_changed(now) else {
+                return Ok(None);
+            };
+            let next = cur.with_lifecycle(life, now);
+            Ok(Some((
+                next.clone(),
+                vec![Self::event(
+                    AuditKind::PolicyChanged,
+                    &next,
+                    now,
+                    json!({"old_policy_sha256": cur.preview.policy_sha256}),
+                )],
+            )))
+        })
+        .await
+    }
+
+    /// Ends, as POLICY_CHANGED, every open proposal whose kind's policy is no longer the one it was made under.
+    pub async fn void_changed_policies(&self) -> Result<usize, ServiceError> {
+        let config = self.config();
+        let mut n = 0;
+        for st in [Status::Pending, Status::Approved] {
+            for rec in self.store.list_status(st, usize::MAX)? {
+                let same = config.policies.get(&rec.preview.kind).map(|p| p.sha256())
+                    == Some(rec.preview.policy_sha256);
+                if !same {
+                    self.void_one(rec.id()).await?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Reloads policies, keys and agents. A broken file keeps the old configuration.
+    pub async fn reload(&self) -> Result<usize, ConfigError> {
+        let Some(source) = &self.source else {
+            return Ok(0);
+        };
+        let fresh = source.load()?;
+        match self.config.write() {
+            Ok(mut c) => *c = Arc::new(fresh),
+            Err(p) => *p.into_inner() = Arc::new(fresh),
+        }
+        match self.void_changed_policies().await {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                tracing::error!(error = %e, "could not void proposals under changed policies");
+                Ok(0)
+            }
+        }
+    }
+
+    /// Replaces the configuration directly (tests, demo).
+    pub fn set_config(&self, config: Config) {
+        match self.config.write() {
+            Ok(mut c) => *c = Arc::new(config),
+            Err(p) => *p.into_inner() = Arc::new(config),
+        }
+    }
+}
