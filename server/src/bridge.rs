@@ -67,6 +67,25 @@ pub async fn run(url: String, token: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A header value as the 2026-07-28 transport writes it: plain when it can be,
+/// else `=?base64?...?=`.
+fn header_value(v: &str) -> String {
+    use base64::Engine;
+    let plain = !v.is_empty()
+        && v.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !v.starts_with(' ')
+        && !v.ends_with(' ')
+        && !v.starts_with("=?base64?");
+    if plain {
+        v.to_owned()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(v)
+        )
+    }
+}
+
 fn error_for(msg: &Value, code: i64, message: String) -> Option<String> {
     let id = msg.get("id")?.clone();
     Some(
@@ -107,6 +126,21 @@ async fn forward(
         .body(line);
     if let Some(v) = &version {
         req = req.header("MCP-Protocol-Version", v);
+    }
+    // Routing headers of the 2026-07-28 transport (harmless for older revisions).
+    if let Some(method) = msg.get("method").and_then(Value::as_str) {
+        req = req.header("Mcp-Method", method);
+        let key = match method {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => Some("uri"),
+            _ => None,
+        };
+        if let Some(name) = key
+            .and_then(|k| msg.pointer(&format!("/params/{k}")))
+            .and_then(Value::as_str)
+        {
+            req = req.header("Mcp-Name", header_value(name));
+        }
     }
     if let Some(s) = &session {
         req = req.header("Mcp-Session-Id", s);

@@ -181,7 +181,16 @@ async fn exact_json(req: Request, next: Next) -> Response {
 
 /// Returns a response when the request must not reach rmcp as it is.
 fn check_request(text: &str, modern: bool) -> Option<Response> {
-    let parsed = json::parse_collecting(text).ok()?;
+    let parsed = match json::parse_collecting(text) {
+        Ok(p) => p,
+        Err(e) => {
+            return Some(rpc_error(
+                StatusCode::BAD_REQUEST,
+                -32700,
+                format!("parse error: {e}"),
+            ))
+        }
+    };
     if parsed.problems.is_empty() {
         return None;
     }
