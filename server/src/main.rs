@@ -55,6 +55,12 @@ enum Command {
         /// Origin accepted on /mcp (repeatable). By default any request with an Origin header is refused.
         #[arg(long)]
         allowed_origin: Vec<String>,
+        /// Most PENDING proposals one agent may have; more are refused with LIMIT_EXCEEDED.
+        #[arg(long, default_value_t = 10_000)]
+        max_pending_per_agent: u64,
+        /// Most PENDING proposals in all.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_pending: u64,
     },
     /// Start with the example policies and three demo approvers (keys in ./demo-keys).
     Demo {
@@ -162,6 +168,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             approver_listen,
             allowed_host,
             allowed_origin,
+            max_pending_per_agent,
+            max_pending,
         } => {
             logging("info");
             let opts = ServeOptions {
@@ -177,6 +185,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 allowed_hosts: allowed_host,
                 allowed_origins: allowed_origin,
                 demo_keys: None,
+                limits: approval_server::store::PendingLimits {
+                    per_agent: max_pending_per_agent,
+                    total: max_pending,
+                },
             };
             let svc = run::start(&opts).await?;
             run::serve(opts, svc).await?;
@@ -207,6 +219,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 allowed_hosts: vec![],
                 allowed_origins: vec![],
                 demo_keys: Some(keys_dir),
+                limits: Default::default(),
             };
             let svc = run::start(&opts).await?;
             run::serve(opts, svc).await?;

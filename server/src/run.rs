@@ -33,6 +33,8 @@ pub struct ServeOptions {
     pub allowed_origins: Vec<String>,
     /// Demo mode: where the demo keys are, for the banner.
     pub demo_keys: Option<PathBuf>,
+    /// Caps on PENDING proposals.
+    pub limits: crate::store::PendingLimits,
 }
 
 /// Opens the store and builds the service, recovering from a previous crash.
@@ -47,12 +49,13 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
                 opts.data.display()
             )
         })?);
-    let svc = Service::new(
+    let svc = Service::with_limits(
         store,
         config,
         Some(opts.source.clone()),
         Arc::new(SystemClock),
         ExecContext::new(opts.data.clone()),
+        opts.limits,
     );
     let recovered = svc.recover().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if recovered > 0 {

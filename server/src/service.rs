@@ -13,7 +13,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::executor::{self, ExecContext};
 use crate::record::{ExecResult, ProposalRecord, StoredDecision, SCHEMA_VERSION};
-use crate::store::{Cas, GroupCommit, Store, StoreError};
+use crate::store::{Cas, GroupCommit, PendingLimits, Store, StoreError};
 use approval_core::ids::AgentName;
 use approval_core::message::{Decision, SignedDecision};
 use approval_core::policy::{PayloadRefusal, Policy};
@@ -74,6 +74,9 @@ impl ServiceError {
 
 impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
+        if let StoreError::Full(m) = e {
+            return ServiceError::new(Code::LimitExceeded, m).retry(true);
+        }
         tracing::error!(error = %e, "storage failure");
         ServiceError::new(
             Code::Internal,
@@ -114,6 +117,7 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     events: broadcast::Sender<Event>,
     exec: ExecContext,
+    limits: PendingLimits,
 }
 
 fn transition_refusal(
@@ -156,7 +160,27 @@ impl Service {
             clock,
             events: broadcast::channel(4096).0,
             exec,
+            limits: PendingLimits::default(),
         })
+    }
+
+    /// The same service with other pending-proposal limits.
+    pub fn with_limits(
+        store: Arc<dyn Store>,
+        config: Config,
+        source: Option<ConfigSource>,
+        clock: Arc<dyn Clock>,
+        exec: ExecContext,
+        limits: PendingLimits,
+    ) -> Arc<Self> {
+        let svc = Self::new(store, config, source, clock, exec);
+        match Arc::try_unwrap(svc) {
+            Ok(mut s) => {
+                s.limits = limits;
+                Arc::new(s)
+            }
+            Err(svc) => svc,
+        }
     }
 
     /// The configuration in force.
@@ -357,7 +381,7 @@ impl Service {
             now,
             json!({"agent": agent, "kind": rec.preview.kind, "preview_sha256": rec.preview_sha256}),
         );
-        self.store.create(&rec, vec![ev])?;
+        self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;
         let _ = self.events.send(Event {
             id: rec.id().clone(),
@@ -607,7 +631,7 @@ impl Service {
                     out.extend(self.store.list_status(st, MAX_LIST * 10)?);
                 }
                 out.retain(|r| r.lifecycle.at(now).status == s);
-                out.sort_by(|a, b| b.preview.created_at.cmp(&a.preview.created_at));
+                out.sort_by_key(|r| std::cmp::Reverse(r.preview.created_at));
                 out
             }
             None => {
@@ -615,7 +639,7 @@ impl Service {
                 for st in Status::ALL {
                     out.extend(self.store.list_status(st, limit)?);
                 }
-                out.sort_by(|a, b| b.preview.created_at.cmp(&a.preview.created_at));
+                out.sort_by_key(|r| std::cmp::Reverse(r.preview.created_at));
                 out
             }
         };

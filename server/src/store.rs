@@ -41,6 +41,27 @@ pub enum StoreError {
     /// A proposal with this id already exists.
     #[error("proposal {0} already exists")]
     Exists(String),
+    /// A pending-proposal limit is reached.
+    #[error("{0}")]
+    Full(String),
+}
+
+/// Caps on PENDING proposals, enforced inside the creating transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingLimits {
+    /// Per agent.
+    pub per_agent: u64,
+    /// In all.
+    pub total: u64,
+}
+
+impl Default for PendingLimits {
+    fn default() -> Self {
+        Self {
+            per_agent: 10_000,
+            total: 1_000_000,
+        }
+    }
 }
 
 impl From<sled::Error> for StoreError {
@@ -60,6 +81,9 @@ pub enum Cas {
     Missing,
 }
 
+/// The audit chain in order, with the stored head `(seq, hash)`.
+pub type AuditLog = (Vec<AuditEntry>, Option<(u64, Sha256Hex)>);
+
 /// What any storage backend must do. Contract tests in this module run against
 /// every implementation.
 pub trait Store: Send + Sync + 'static {
@@ -67,8 +91,16 @@ pub trait Store: Send + Sync + 'static {
     fn server_id(&self) -> &ServerId;
     /// Reads a record.
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError>;
-    /// Writes a new record with its audit events, refusing an id that exists.
-    fn create(&self, rec: &ProposalRecord, events: Vec<AuditEvent>) -> Result<(), StoreError>;
+    /// Writes a new record with its audit events, refusing an id that exists or a
+    /// PENDING record beyond `limits`.
+    fn create(
+        &self,
+        rec: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        limits: PendingLimits,
+    ) -> Result<(), StoreError>;
+    /// PENDING records of one agent, or of all (kept as counters: O(1)).
+    fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError>;
     /// Replaces the record if its stored revision is `new.revision - 1`, with its audit events.
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError>;
     /// Records with this stored status, newest first.
@@ -82,7 +114,7 @@ pub trait Store: Send + Sync + 'static {
     /// Number of records with this stored status.
     fn count_status(&self, status: Status) -> Result<usize, StoreError>;
     /// The whole audit chain in order, and the stored head.
-    fn audit(&self) -> Result<(Vec<AuditEntry>, Option<(u64, Sha256Hex)>), StoreError>;
+    fn audit(&self) -> Result<AuditLog, StoreError>;
     /// Makes every write so far durable (fsync). Blocking.
     fn flush_blocking(&self) -> Result<(), StoreError>;
 }
@@ -95,7 +127,35 @@ pub struct SledStore {
     by_status: sled::Tree,
     by_agent: sled::Tree,
     audit: sled::Tree,
+    counters: sled::Tree,
     server_id: ServerId,
+}
+
+const PENDING_TOTAL: &[u8] = b"pending";
+
+fn pending_key(agent: &AgentName) -> Vec<u8> {
+    format!("pending/{agent}").into_bytes()
+}
+
+fn read_u64(v: Option<sled::IVec>) -> u64 {
+    v.and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+
+fn bump(
+    tree: &sled::transaction::TransactionalTree,
+    key: &[u8],
+    delta: i64,
+) -> Result<u64, TxError> {
+    let cur = read_u64(tree.get(key)?);
+    let next = if delta >= 0 {
+        cur.saturating_add(delta as u64)
+    } else {
+        cur.saturating_sub(delta.unsigned_abs())
+    };
+    tree.insert(key, &next.to_be_bytes())?;
+    Ok(next)
 }
 
 const AUDIT_HEAD: &[u8] = b"audit_head";
@@ -199,6 +259,7 @@ impl SledStore {
             by_status: db.open_tree("by_status")?,
             by_agent: db.open_tree("by_agent")?,
             audit: db.open_tree("audit")?,
+            counters: db.open_tree("counters")?,
             meta,
             db,
             server_id,
@@ -275,55 +336,94 @@ impl Store for SledStore {
         }
     }
 
-    fn create(&self, rec: &ProposalRecord, events: Vec<AuditEvent>) -> Result<(), StoreError> {
+    fn create(
+        &self,
+        rec: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        limits: PendingLimits,
+    ) -> Result<(), StoreError> {
         let bytes = encode(rec)?;
         let id = rec.id().as_str().as_bytes().to_vec();
         let (sk, ak) = (status_key(rec), agent_key(rec));
-        tx_result(
-            (
-                &self.meta,
-                &self.proposals,
-                &self.by_status,
-                &self.by_agent,
-                &self.audit,
-            )
-                .transaction(|(meta, proposals, by_status, by_agent, audit)| {
-                    if proposals.get(&id)?.is_some() {
-                        return Err(abort(StoreError::Exists(
-                            String::from_utf8_lossy(&id).into_owned(),
-                        )));
-                    }
-                    proposals.insert(id.as_slice(), bytes.as_slice())?;
-                    by_status.insert(sk.as_slice(), &[] as &[u8])?;
-                    by_agent.insert(ak.as_slice(), &[] as &[u8])?;
-                    Self::append_audit(meta, audit, &events)?;
-                    Ok(())
-                }),
-        )
+        let agent = &rec.preview.requested_by;
+        let pk = pending_key(agent);
+        let pending = rec.status() == Status::Pending;
+        let trees = (
+            &self.meta,
+            &self.proposals,
+            &self.by_status,
+            &self.by_agent,
+            &self.audit,
+            &self.counters,
+        );
+        tx_result(trees.transaction(|(meta, proposals, by_status, by_agent, audit, counters)| {
+            if proposals.get(&id)?.is_some() {
+                return Err(abort(StoreError::Exists(String::from_utf8_lossy(&id).into_owned())));
+            }
+            if pending {
+                if bump(counters, &pk, 1)? > limits.per_agent {
+                    return Err(abort(StoreError::Full(format!(
+                        "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
+                        limits.per_agent
+                    ))));
+                }
+                if bump(counters, PENDING_TOTAL, 1)? > limits.total {
+                    return Err(abort(StoreError::Full(format!(
+                        "the server holds {} pending proposals, its limit: try again after approvers catch up",
+                        limits.total
+                    ))));
+                }
+            }
+            proposals.insert(id.as_slice(), bytes.as_slice())?;
+            by_status.insert(sk.as_slice(), &[] as &[u8])?;
+            by_agent.insert(ak.as_slice(), &[] as &[u8])?;
+            Self::append_audit(meta, audit, &events)?;
+            Ok(())
+        }))
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
         let bytes = encode(new)?;
         let id = new.id().as_str().as_bytes().to_vec();
         let new_sk = status_key(new);
+        let pk = pending_key(&new.preview.requested_by);
+        let trees = (
+            &self.meta,
+            &self.proposals,
+            &self.by_status,
+            &self.audit,
+            &self.counters,
+        );
         tx_result(
-            (&self.meta, &self.proposals, &self.by_status, &self.audit).transaction(
-                |(meta, proposals, by_status, audit)| {
-                    let Some(cur) = proposals.get(&id)? else {
-                        return Ok(Cas::Missing);
-                    };
-                    let cur = decode_record(&id, &cur).map_err(abort)?;
-                    if cur.revision + 1 != new.revision {
-                        return Ok(Cas::Conflict(Box::new(cur)));
-                    }
-                    by_status.remove(status_key(&cur))?;
-                    by_status.insert(new_sk.as_slice(), &[] as &[u8])?;
-                    proposals.insert(id.as_slice(), bytes.as_slice())?;
-                    Self::append_audit(meta, audit, &events)?;
-                    Ok(Cas::Applied)
-                },
-            ),
+            trees.transaction(|(meta, proposals, by_status, audit, counters)| {
+                let Some(cur) = proposals.get(&id)? else {
+                    return Ok(Cas::Missing);
+                };
+                let cur = decode_record(&id, &cur).map_err(abort)?;
+                if cur.revision + 1 != new.revision {
+                    return Ok(Cas::Conflict(Box::new(cur)));
+                }
+                by_status.remove(status_key(&cur))?;
+                by_status.insert(new_sk.as_slice(), &[] as &[u8])?;
+                let delta = i64::from(new.status() == Status::Pending)
+                    - i64::from(cur.status() == Status::Pending);
+                if delta != 0 {
+                    bump(counters, &pk, delta)?;
+                    bump(counters, PENDING_TOTAL, delta)?;
+                }
+                proposals.insert(id.as_slice(), bytes.as_slice())?;
+                Self::append_audit(meta, audit, &events)?;
+                Ok(Cas::Applied)
+            }),
         )
+    }
+
+    fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError> {
+        let key = match agent {
+            Some(a) => pending_key(a),
+            None => PENDING_TOTAL.to_vec(),
+        };
+        Ok(read_u64(self.counters.get(key)?))
     }
 
     fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
@@ -344,7 +444,7 @@ impl Store for SledStore {
         Ok(self.by_status.scan_prefix(&p).count())
     }
 
-    fn audit(&self) -> Result<(Vec<AuditEntry>, Option<(u64, Sha256Hex)>), StoreError> {
+    fn audit(&self) -> Result<AuditLog, StoreError> {
         let mut out = Vec::new();
         for item in self.audit.iter() {
             let (k, v) = item?;
@@ -484,12 +584,40 @@ pub(crate) mod contract {
     pub fn run(store: &dyn Store) {
         let a = record("p-a", "agent1", 1_800_000_000);
         let b = record("p-b", "agent2", 1_800_000_001);
-        store.create(&a, ev(AuditKind::Proposed, &a)).unwrap();
-        store.create(&b, ev(AuditKind::Proposed, &b)).unwrap();
+        let lim = PendingLimits::default();
+        store.create(&a, ev(AuditKind::Proposed, &a), lim).unwrap();
+        store.create(&b, ev(AuditKind::Proposed, &b), lim).unwrap();
         assert!(matches!(
-            store.create(&a, ev(AuditKind::Proposed, &a)),
+            store.create(&a, ev(AuditKind::Proposed, &a), lim),
             Err(StoreError::Exists(_))
         ));
+        assert_eq!(store.pending_count(None).unwrap(), 2);
+        assert_eq!(
+            store
+                .pending_count(Some(&AgentName::parse("agent1").unwrap()))
+                .unwrap(),
+            1
+        );
+        // Limits: refused when full, and nothing is written.
+        let c = record("p-c", "agent1", 1_800_000_002);
+        let tight = PendingLimits {
+            per_agent: 1,
+            total: 100,
+        };
+        assert!(matches!(
+            store.create(&c, ev(AuditKind::Proposed, &c), tight),
+            Err(StoreError::Full(_))
+        ));
+        assert_eq!(store.get(c.id()).unwrap(), None);
+        let tight = PendingLimits {
+            per_agent: 100,
+            total: 2,
+        };
+        assert!(matches!(
+            store.create(&c, ev(AuditKind::Proposed, &c), tight),
+            Err(StoreError::Full(_))
+        ));
+        assert_eq!(store.pending_count(None).unwrap(), 2);
         assert_eq!(store.get(a.id()).unwrap().as_ref(), Some(&a));
         assert_eq!(
             store.get(&ProposalId::parse("p-none").unwrap()).unwrap(),
@@ -532,6 +660,13 @@ pub(crate) mod contract {
         ));
         assert_eq!(store.count_status(Status::Pending).unwrap(), 1);
         assert_eq!(store.count_status(Status::Approved).unwrap(), 1);
+        assert_eq!(store.pending_count(None).unwrap(), 1);
+        assert_eq!(
+            store
+                .pending_count(Some(&AgentName::parse("agent1").unwrap()))
+                .unwrap(),
+            0
+        );
         let mut ghost = record("p-ghost", "agent1", 1);
         ghost.revision = 1;
         assert!(matches!(
@@ -563,7 +698,9 @@ mod tests {
         let rec = contract::record("p-x", "local", 1_800_000_000);
         let id = {
             let store = SledStore::open(dir.path()).unwrap();
-            store.create(&rec, vec![]).unwrap();
+            store
+                .create(&rec, vec![], PendingLimits::default())
+                .unwrap();
             store.flush_blocking().unwrap();
             store.server_id().clone()
         };
@@ -582,7 +719,9 @@ mod tests {
             let (gc, store) = (gc.clone(), store.clone());
             tasks.push(tokio::spawn(async move {
                 let rec = contract::record(&format!("p-{i}"), "local", 1_800_000_000 + i);
-                store.create(&rec, vec![]).unwrap();
+                store
+                    .create(&rec, vec![], PendingLimits::default())
+                    .unwrap();
                 gc.flush().await.unwrap();
             }));
         }
