@@ -83,6 +83,9 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/proposals/{id}/receipt", get(receipt))
         .route("/v1/events", get(events))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            crate::http::BODY_READ_TIMEOUT,
+        ))
         .with_state(state)
 }
 

@@ -28,6 +28,9 @@ use std::sync::Arc;
 /// Largest MCP request body: the largest payload a policy may allow, plus room.
 pub const MAX_MCP_BODY: usize = 5 * 1024 * 1024;
 
+/// Time a client has to send a request body.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How `/mcp` is exposed.
 #[derive(Debug, Clone)]
 pub struct McpOptions {
@@ -77,6 +80,9 @@ pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(exact_json))
         .layer(middleware::from_fn_with_state(state, authenticate))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
 }
 
 /// Everything on one listener.
@@ -161,7 +167,10 @@ async fn exact_json(req: Request, next: Next) -> Response {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 -32600,
-                format!("request body over {MAX_MCP_BODY} bytes"),
+                format!(
+                    "request body over {MAX_MCP_BODY} bytes, or not sent within {}s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
             );
         }
     };

@@ -14,6 +14,7 @@ pub mod config;
 pub mod demo;
 pub mod executor;
 pub mod http;
+pub mod listener;
 pub mod mcp;
 pub mod record;
 pub mod run;

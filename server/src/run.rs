@@ -128,24 +128,17 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
 
     let shutdown = tokio_util_shutdown();
     spawn_background(svc.clone());
-    let main = axum::serve(
-        listener,
-        main_router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.clone().wait());
+    let main = crate::listener::serve(listener, main_router, shutdown.clone().wait());
     match approver {
         Some(l) => {
-            let api = axum::serve(
+            let api = crate::listener::serve(
                 l,
-                crate::approver_api::router(svc.clone())
-                    .into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(shutdown.clone().wait());
-            let (a, b) = tokio::join!(main, api);
-            a?;
-            b?;
+                crate::approver_api::router(svc.clone()),
+                shutdown.clone().wait(),
+            );
+            tokio::join!(main, api);
         }
-        None => main.await?,
+        None => main.await,
     }
     // In-flight requests have finished; make sure everything they wrote is on disk.
     let store = svc.store().clone();
