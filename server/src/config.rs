@@ -46,7 +46,7 @@ pub enum ConfigError {
         err: std::io::Error,
     },
     /// The keyring is invalid.
-    #[error("{path}:{err}")]
+    #[error("{}", keyring_message(path, err))]
     Keyring {
         /// Which file.
         path: String,
@@ -69,6 +69,15 @@ pub enum ConfigError {
         /// Why.
         why: String,
     },
+}
+
+/// `path:LINE: message`, the form editors and `check` users expect.
+fn keyring_message(path: &str, err: &approval_core::KeyringError) -> String {
+    let text = err.to_string();
+    match text.strip_prefix("line ").and_then(|r| r.split_once(": ")) {
+        Some((line, rest)) => format!("{path}:{line}: {rest}"),
+        None => format!("{path}: {text}"),
+    }
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {

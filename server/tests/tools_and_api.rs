@@ -682,3 +682,35 @@ async fn audit_verify_catches_an_edited_entry() {
     let (entries, head) = approval_server::store::Store::audit(&store).unwrap();
     assert!(verify_chain(entries, head).is_err());
 }
+
+#[tokio::test]
+async fn events_stream_new_and_changed_proposals_to_watchers() {
+    let s = start().await;
+    let k = key("bob");
+    let auth = approval_core::message::sign_read(&k.key, &k.name, T0, "GET", "/v1/events");
+    let mut resp = s
+        .http
+        .get(format!("http://{}/v1/events", s.addr))
+        .header("Authorization", auth)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let (id, hash) = s.prepare("watched").await;
+    s.decide(&id, &hash, "alice", Decision::Approve).await;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while seen.matches("event: proposal").count() < 2 {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("events arrive")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains(&id), "{seen}");
+    assert!(
+        seen.contains(r#""have":1"#),
+        "the second event shows alice's approval: {seen}"
+    );
+}
