@@ -211,7 +211,14 @@ async fn forward(
     }
     for m in messages {
         match serde_json::from_str::<Value>(&m) {
-            Ok(v) => {
+            Ok(mut v) => {
+                // An HTTP-level refusal (401, 403) has no request id; give it ours so the
+                // host can match the answer to its request.
+                if v.get("id") == Some(&Value::Null) && v.get("error").is_some() {
+                    if let Some(id) = msg.get("id") {
+                        v["id"] = id.clone();
+                    }
+                }
                 if msg.get("method") == Some(&json!("initialize")) {
                     if let Some(pv) = v.pointer("/result/protocolVersion").and_then(Value::as_str) {
                         if let Ok(mut st) = state.lock() {

@@ -493,27 +493,27 @@ impl Service {
             .about(&rec, now)
             .retry(true));
         }
-        // The policy must be the one the approvers signed under.
-        let current = self.config().policies.get(&rec.preview.kind).cloned();
-        if current.as_ref().map(|p| p.sha256()) != Some(rec.preview.policy_sha256) {
-            let voided = self.void_one(rec.id()).await?;
-            return Err(transition_refusal(
-                &voided,
-                now,
-                approval_core::status::TransitionError {
-                    from: voided.lifecycle.at(now).status,
-                    action: "execute",
-                    code: if voided.lifecycle.at(now).status == Status::PolicyChanged {
-                        Code::PolicyChanged
-                    } else {
-                        voided.lifecycle.at(now).status.code()
-                    },
-                },
-            ));
+        // The policy must be the one the approvers signed under; if it changed, the
+        // proposal ends as POLICY_CHANGED and the claim below refuses with that code.
+        let current = self
+            .config()
+            .policies
+            .get(&rec.preview.kind)
+            .map(|p| p.sha256());
+        if current != Some(rec.preview.policy_sha256) {
+            self.void_one(rec.id()).await?;
         }
         let claimed = self
             .transition(rec.id(), |cur, now| {
                 let life = cur.lifecycle.claim(now).map_err(|e| transition_refusal(cur, now, e))?;
+                let in_force = self.config().policies.get(&cur.preview.kind).map(|p| p.sha256());
+                if in_force != Some(cur.preview.policy_sha256) {
+                    return Err(ServiceError::new(
+                        Code::PolicyChanged,
+                        "the policy for this kind changed after it was proposed; prepare it again under the new policy",
+                    )
+                    .about(cur, now));
+                }
                 let (tally, _) = self.tally(cur)?;
                 if tally.outcome != QuorumOutcome::Reached {
                     return Err(ServiceError::new(
@@ -660,7 +660,25 @@ impl Service {
                 d.approver
             ))
         })?;
-        let rec = self.get_for_approver(&d.approver, id)?;
+        let rec = match ProposalId::parse(id)
+            .ok()
+            .map(|pid| self.store.get(&pid))
+            .transpose()?
+        {
+            Some(Some(rec)) => rec,
+            _ => {
+                return Err(ServiceError::new(
+                    Code::UnknownProposal,
+                    format!("no proposal {id:?}"),
+                ))
+            }
+        };
+        if !self.visible(&d.approver, &rec) {
+            return Err(forbidden(format!(
+                "{} is not an approver of kind {} under the policy of this proposal: only the policy's approvers may decide",
+                d.approver, rec.preview.kind
+            )));
+        }
         d.verify(&key, &rec.preview_sha256).map_err(|_| {
             forbidden(format!(
                 "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring",

@@ -173,13 +173,15 @@ async fn signatures_for_another_proposal_or_by_outsiders_are_refused() {
         (403, Some("INVALID_SIGNATURE")),
         "{v}"
     );
-    // dave is in the keyring but not in the policy: he cannot even see it.
+    // dave is in the keyring but not in the policy: refused, and he cannot read it either.
     let (code, v) = s.decide(&a, &hash_a, "dave", Decision::Approve).await;
     assert_eq!(
         (code, v["code"].as_str()),
-        (404, Some("UNKNOWN_PROPOSAL")),
+        (403, Some("INVALID_SIGNATURE")),
         "{v}"
     );
+    let (code, _) = s.get_signed("dave", &format!("/v1/proposals/{a}")).await;
+    assert_eq!(code, 404);
     // An approve signature replayed as a reject fails.
     let mut replay = s.signed("bob", Decision::Approve, &hash_a, "");
     replay["decision"] = json!("reject");

@@ -1,1 +1,205 @@
-fn main() {}
+//! `signer-cli`: the command line, and the one place where errors become exit codes.
+
+use approval_core::Decision;
+use clap::{Parser, Subcommand, ValueEnum};
+use signer_cli::commands::{decide, keygen, offline, pending, receipt, show, watch};
+use signer_cli::config::Settings;
+use signer_cli::failure::{kind_of, usage};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+Configuration, first found wins: --server/--key, SIGNER_SERVER/SIGNER_KEY, then
+$XDG_CONFIG_HOME/approval-signer/config.toml (default ~/.config/approval-signer/)
+with `server = \"http://...\"` and `key = \"path\"`; without a key setting, the only
+*.key file in that folder.
+
+Exit codes:
+  0  ok
+  1  refused: the server refused (shown as `CODE: message`), a preview hash or
+     server id or policy did not match, a receipt failed verification, the
+     confirmation was not typed, or a key file is unsafe or would be overwritten
+  2  usage: bad flags or arguments, missing or unreadable key/server configuration
+  3  network: server down, time-out, or an answer that is not the API's JSON";
+
+/// Approvers read the exact preview of what an AI agent proposes and sign it with
+/// their own Ed25519 key, on their own machine.
+#[derive(Parser)]
+#[command(name = "signer-cli", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Base URL of the approver API (what `approval-server serve` prints as "Approver API").
+    #[arg(long, global = true, env = "SIGNER_SERVER", value_name = "URL")]
+    server: Option<String>,
+    /// Your secret key file (made by `keygen`, mode 0600).
+    #[arg(long, global = true, env = "SIGNER_KEY", value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Time-out of each network call, in seconds.
+    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    timeout: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Make a new Ed25519 key (file mode 0600, never overwritten); prints your keyring line.
+    Keygen {
+        /// Your approver name, as the server's keyring and policies will know you.
+        #[arg(long)]
+        name: String,
+        /// Where to write the secret key [default: <config dir>/<name>.key].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Print the keyring line of your key again.
+    Pubkey,
+    /// List the proposals waiting for decisions.
+    Pending,
+    /// Show a proposal's full preview, checked locally, hidden characters made visible.
+    Show {
+        /// The proposal id.
+        id: String,
+    },
+    /// Approve a proposal: shows it, asks for the hash prefix, signs, sends.
+    Approve {
+        /// The proposal id.
+        id: String,
+        /// Why (signed along with the decision).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Do not ask for the hash prefix (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Reject (veto) a pending proposal.
+    Reject {
+        /// The proposal id.
+        id: String,
+        /// Why (signed along with the decision).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Do not ask for the hash prefix (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Revoke an approval before the action runs.
+    Revoke {
+        /// The proposal id.
+        id: String,
+        /// Why (signed along with the decision).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Do not ask for the hash prefix (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Settle a proposal whose outcome is unknown (the server died while it ran).
+    Resolve {
+        /// The proposal id.
+        id: String,
+        /// What really happened.
+        #[arg(long)]
+        outcome: Outcome,
+        /// Why (signed along with the decision).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Do not ask for the hash prefix (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Fetch a proposal's receipt (printed, or written byte for byte to --out).
+    Receipt {
+        /// The proposal id.
+        id: String,
+        /// Write the receipt to this file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Verify a receipt offline against a keyring.
+    Verify {
+        /// The receipt file.
+        receipt: PathBuf,
+        /// The keyring file (`<name> ed25519 <base64>` lines).
+        #[arg(long, value_name = "FILE")]
+        keys: PathBuf,
+        /// Also refuse a receipt whose approval window has closed.
+        #[arg(long)]
+        check_expiry: bool,
+    },
+    /// Print the preview_sha256 of a preview file (or a ProposalView or receipt).
+    Hash {
+        /// The file.
+        preview_file: PathBuf,
+    },
+    /// Follow new proposals you may sign, reconnecting when the stream drops.
+    Watch,
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let s = Settings {
+        server: cli.server,
+        key: cli.key,
+        json: cli.json,
+        timeout: Duration::from_secs(cli.timeout),
+    };
+    let s = &s;
+    let d = |id: String, decision, reason: String, yes| async move {
+        decide::decide(s, &id, decision, &reason, yes).await
+    };
+    match cli.command {
+        Command::Keygen { name, out } => keygen::keygen(s, &name, out.as_deref()),
+        Command::Pubkey => keygen::pubkey(s),
+        Command::Pending => pending::pending(s).await,
+        Command::Show { id } => show::show(s, &id).await,
+        Command::Approve { id, reason, yes } => d(id, Decision::Approve, reason, yes).await,
+        Command::Reject { id, reason, yes } => d(id, Decision::Reject, reason, yes).await,
+        Command::Revoke { id, reason, yes } => d(id, Decision::Revoke, reason, yes).await,
+        Command::Resolve {
+            id,
+            outcome,
+            reason,
+            yes,
+        } => {
+            let decision = match outcome {
+                Outcome::Succeeded => Decision::ResolveSucceeded,
+                Outcome::Failed => Decision::ResolveFailed,
+            };
+            d(id, decision, reason, yes).await
+        }
+        Command::Receipt { id, out } => receipt::receipt(s, &id, out.as_deref()).await,
+        Command::Verify {
+            receipt,
+            keys,
+            check_expiry,
+        } => offline::verify(s, &receipt, &keys, check_expiry),
+        Command::Hash { preview_file } => offline::hash(s, &preview_file),
+        Command::Watch => watch::watch(s).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| usage(format!("cannot start the async runtime: {e}")))
+        .and_then(|rt| rt.block_on(run(cli)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("signer-cli: {e:#}");
+            ExitCode::from(kind_of(&e).code())
+        }
+    }
+}

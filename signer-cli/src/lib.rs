@@ -1,0 +1,19 @@
+//! `signer-cli`: approvers read the exact preview and sign it on their own machines.
+//!
+//! The binary is a thin layer over `approval-core`: it never hashes, formats signed
+//! messages or verifies signatures itself. The modules:
+//! - [`config`]: where the server and key come from, loading the key safely;
+//! - [`client`]: HTTP with signed reads, time-outs, and server errors;
+//! - [`proposal`]: the local checks every proposal passes before it is shown or signed;
+//! - [`display`]: escaping untrusted text and rendering;
+//! - [`commands`]: one module per command;
+//! - [`failure`]: the exit code each error means (mapped in `main`).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod client;
+pub mod commands;
+pub mod config;
+pub mod display;
+pub mod failure;
+pub mod proposal;

@@ -1,0 +1,450 @@
+//! The binary against a fake, lying or broken approver API: it must refuse to sign
+//! anything it cannot check, show hostile text escaped, and map failures to exit codes.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+
+const SRV: &str = "srv-test-1";
+
+fn setup(view: serde_json::Value) -> (Env, Fake, String) {
+    let env = Env::new();
+    let key = env.key("alice");
+    let fake = Fake::start(SRV, view);
+    (env, fake, key.display().to_string())
+}
+
+fn good() -> serde_json::Value {
+    view(&preview(
+        SRV,
+        "p-1",
+        json!({"text": "hello"}),
+        "write hello",
+    ))
+}
+
+#[test]
+fn show_displays_a_checked_proposal_over_signed_reads() {
+    let v = good();
+    let h = v["preview_sha256"].as_str().unwrap_or("").to_owned();
+    let (env, fake, key) = setup(v);
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(&h), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("check           {}", &h[..8])),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("\"text\": \"hello\""), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("quorum          0 of 2, waiting for 2 more (and 1 of [carol])"),
+        "{}",
+        r.stdout
+    );
+    assert!(fake.state.reads.load(Ordering::SeqCst) >= 1);
+    assert_eq!(fake.state.unauthorized.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn approve_refuses_a_preview_hash_mismatch_and_posts_nothing() {
+    let mut v = good();
+    // The server claims the hash of another payload than the one it shows.
+    let other = preview(SRV, "p-1", json!({"text": "something else"}), "write hello");
+    v["preview_sha256"] = json!(other.sha256().to_hex());
+    let (env, fake, key) = setup(v);
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("PREVIEW HASH MISMATCH"), "{}", r.stderr);
+    assert!(r.stderr.contains(&other.sha256().to_hex()), "{}", r.stderr);
+    assert!(r.stderr.contains("nothing signed"), "{}", r.stderr);
+    assert_eq!(fake.posts(), 0);
+    assert_eq!(
+        r.stderr.lines().count(),
+        1,
+        "one-line message: {}",
+        r.stderr
+    );
+}
+
+#[test]
+fn approve_refuses_a_preview_of_another_server_and_posts_nothing() {
+    let v = view(&preview("srv-other", "p-1", json!({"text": "hello"}), ""));
+    let (env, fake, key) = setup(v);
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("SERVER MISMATCH"), "{}", r.stderr);
+    assert!(r.stderr.contains("srv-other"), "{}", r.stderr);
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn approve_refuses_a_preview_of_another_proposal() {
+    let (env, fake, key) = setup(good());
+    let r = env.run(&[
+        "approve", "p-2", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("asked for proposal p-2"), "{}", r.stderr);
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn approve_refuses_a_policy_that_does_not_match_the_preview() {
+    let mut v = good();
+    v["policy"]["quorum"] = json!(1);
+    let (env, fake, key) = setup(v);
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("POLICY MISMATCH"), "{}", r.stderr);
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn approve_refuses_duplicate_keys_in_the_answer() {
+    let (env, fake, key) = setup(good());
+    let text = good().to_string();
+    // A second "preview_sha256" key: readers would disagree on which one counts.
+    let dup = text.replacen('{', "{\"preview_sha256\":\"00\",", 1);
+    fake.set_raw(&dup);
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(r.stderr.contains("duplicate key"), "{}", r.stderr);
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn garbage_answer_exits_3_with_one_line() {
+    let (env, fake, key) = setup(good());
+    fake.set_raw("<html>\u{1b}[2Jnot json</html>");
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("not exact JSON"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains('\u{1b}'),
+        "raw ESC in the error: {:?}",
+        r.stderr
+    );
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn server_down_exits_3() {
+    let env = Env::new();
+    let key = env.key("alice");
+    // Bind then drop: the port is closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let url = format!("http://127.0.0.1:{port}");
+    for args in [
+        vec!["show", "p-1"],
+        vec!["approve", "p-1", "--yes"],
+        vec!["pending"],
+    ] {
+        let mut a = args.clone();
+        a.extend(["--server", &url, "--key", key.to_str().unwrap_or("")]);
+        let r = env.run(&a);
+        assert_eq!(r.code, 3, "{args:?}: {r:?}");
+        assert!(r.stderr.contains("cannot connect"), "{}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    }
+}
+
+#[test]
+fn unresponsive_server_times_out_with_exit_3() {
+    let env = Env::new();
+    let key = env.key("alice");
+    // Accepts connections but never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let start = std::time::Instant::now();
+    let r = env.run(&[
+        "show",
+        "p-1",
+        "--timeout",
+        "1",
+        "--server",
+        &url,
+        "--key",
+        key.to_str().unwrap_or(""),
+    ]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(r.stderr.contains("timed out after 1s"), "{}", r.stderr);
+    assert!(start.elapsed() < std::time::Duration::from_secs(8));
+    drop(listener);
+}
+
+#[test]
+fn hostile_payload_is_shown_escaped() {
+    let payload = json!({
+        "text": "clear\u{1b}[2Jscreen",
+        "rtl": "invoice_\u{202e}fdp.exe",
+        "zwj": "pay\u{200d}pal",
+        "nul": "a\u{0}b",
+        "sep": "line\u{2028}break",
+        "fine": "café 😀 naïve",
+    });
+    let p = preview(SRV, "p-1", payload, "sum\u{202e}mary\u{1b}[31m");
+    let (env, fake, key) = setup(view(&p));
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = &r.stdout;
+    for expected in [
+        r#""text": "clear\u{1b}[2Jscreen""#,
+        r#""rtl": "invoice_\u{202e}fdp.exe""#,
+        r#""zwj": "pay\u{200d}pal""#,
+        r#""nul": "a\u{0}b""#,
+        r#""sep": "line\u{2028}break""#,
+        r#""fine": "café 😀 naïve""#,
+        r#"summary         "sum\u{202e}mary\u{1b}[31m""#,
+    ] {
+        assert!(out.contains(expected), "missing {expected} in:\n{out}");
+    }
+    for raw in ['\u{1b}', '\u{202e}', '\u{200d}', '\u{0}', '\u{2028}'] {
+        assert!(!out.contains(raw), "raw {raw:?} in output:\n{out}");
+    }
+    // The same in the table and in JSON output: escaped, never raw.
+    let r = env.run(&["pending", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(r"sum\u{202e}mary\u{1b}[31m"),
+        "{}",
+        r.stdout
+    );
+    let r = env.run(&[
+        "show", "p-1", "--json", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for raw in ['\u{1b}', '\u{202e}', '\u{200d}', '\u{0}', '\u{2028}'] {
+        assert!(!r.stdout.contains(raw), "raw {raw:?} in JSON output");
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON output");
+    assert_eq!(
+        v["preview"]["payload"]["rtl"],
+        json!("invoice_\u{202e}fdp.exe")
+    );
+    assert_eq!(v["checked"]["preview_sha256"], json!(p.sha256().to_hex()));
+}
+
+#[test]
+fn approve_with_yes_signs_the_local_hash_and_reports_progress() {
+    let p = preview(SRV, "p-1", json!({"text": "hello"}), "");
+    let (env, fake, key) = setup(view(&p));
+    let r = env.run(&[
+        "approve",
+        "p-1",
+        "--yes",
+        "--reason",
+        "looks right",
+        "--server",
+        &fake.url,
+        "--key",
+        &key,
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("approved: 1 of 2, waiting for 1 more (and 1 of [carol])"),
+        "{}",
+        r.stdout
+    );
+    let posts = fake.state.posts.lock().expect("lock").clone();
+    assert_eq!(posts.len(), 1);
+    let d: approval_core::SignedDecision =
+        serde_json::from_value(posts[0].clone()).expect("decision body");
+    assert_eq!(d.approver.as_str(), "alice");
+    assert_eq!(d.reason, "looks right");
+    let pk = secret("alice").public_key();
+    assert_eq!(d.verify(&pk, &p.sha256()), Ok(()));
+}
+
+#[test]
+fn approve_asks_for_the_hash_prefix() {
+    let p = preview(SRV, "p-1", json!({"text": "hello"}), "");
+    let prefix = p.sha256().prefix(8);
+    let (env, fake, key) = setup(view(&p));
+    let args = ["approve", "p-1", "--server", &fake.url, "--key", &key];
+    // Wrong prefix: refused, nothing sent.
+    let r = env.run_stdin(&args, "00000000\n");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("nothing signed"), "{}", r.stderr);
+    // No input at all (closed stdin): refused.
+    let r = env.run(&args);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(fake.posts(), 0);
+    // The right prefix: signed and sent.
+    let r = env.run_stdin(&args, &format!("{prefix}\n"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("type the first 8 characters"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(fake.posts(), 1);
+}
+
+#[test]
+fn reject_refuses_when_not_pending_and_revoke_when_not_approved() {
+    let mut v = good();
+    v["status"] = json!("EXPIRED");
+    let (env, fake, key) = setup(v);
+    let r = env.run(&[
+        "reject", "p-1", "--yes", "--reason", "no", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("proposal p-1 is EXPIRED"), "{}", r.stderr);
+    let r = env.run(&[
+        "revoke", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn an_approver_outside_the_policy_is_told_before_signing() {
+    let env = Env::new();
+    let key = env.key("mallory");
+    let fake = Fake::start(SRV, good());
+    let r = env.run(&[
+        "approve",
+        "p-1",
+        "--yes",
+        "--server",
+        &fake.url,
+        "--key",
+        key.to_str().unwrap_or(""),
+    ]);
+    // mallory is not in the fake's keyring: the signed read itself is refused.
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("UNAUTHORIZED: bad read signature"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(fake.posts(), 0);
+}
+
+#[test]
+fn pending_lists_checked_rows_and_flags_lying_ones() {
+    let (env, fake, key) = setup(good());
+    let r = env.run(&["pending", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let header = r.stdout.lines().next().unwrap_or("");
+    for col in [
+        "ID",
+        "KIND",
+        "SUMMARY",
+        "REQUESTED BY",
+        "AGE",
+        "APPROVALS",
+        "EXPIRES IN",
+    ] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert!(r.stdout.contains("p-1"), "{}", r.stdout);
+    assert!(r.stdout.contains("0/2"), "{}", r.stdout);
+    let mut bad = good();
+    bad["preview"]["payload"]["text"] = json!("changed after hashing");
+    *fake.state.view.lock().expect("lock") = bad;
+    let r = env.run(&["pending", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stdout.contains("REFUSED: PREVIEW HASH MISMATCH"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn watch_prints_new_proposals_from_the_stream_and_reconnects() {
+    let (env, fake, key) = setup(good());
+    fake.state.list_empty.store(true, Ordering::SeqCst);
+    let mut child = env
+        .cmd()
+        .args(["watch", "--server", &fake.url, "--key", &key])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The fake ends each stream after one event: watch must reconnect.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while fake.state.event_streams.load(Ordering::SeqCst) < 3
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        fake.state.event_streams.load(Ordering::SeqCst) >= 3,
+        "{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("p-1")).collect();
+    assert_eq!(lines.len(), 1, "printed once: {stdout}");
+    assert!(
+        lines[0].starts_with("NEW p-1  note.write  \"write hello\"  by local  approvals 0/2"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        stderr.contains("the server closed the event stream; reconnecting in 1s"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn watch_backs_off_exponentially_while_the_server_is_down() {
+    let env = Env::new();
+    let key = env.key("alice");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = env
+        .cmd()
+        .args([
+            "watch",
+            "--server",
+            &url,
+            "--key",
+            key.to_str().unwrap_or(""),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Attempts at about 0 s, 1 s and 3 s; the next wait is 4 s.
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for wait in [
+        "reconnecting in 1s",
+        "reconnecting in 2s",
+        "reconnecting in 4s",
+    ] {
+        assert!(stderr.contains(wait), "{wait}: {stderr}");
+    }
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}
