@@ -62,7 +62,12 @@ fn server_binary() -> PathBuf {
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target"));
         let bin = target.join("debug").join("approval-server");
-        // Always (re)build: a no-op when fresh, and never a stale server under test.
+        // `cargo test --workspace` builds the server before any test runs; only a
+        // lone `cargo test -p signer-cli` needs it built here. (Building it again
+        // when present would rebuild it with this package's feature set, slowly, in CI.)
+        if bin.exists() {
+            return bin;
+        }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let st = Command::new(cargo)
             .args(["build", "-p", "approval-server"])
