@@ -43,6 +43,8 @@ pub enum Code {
     UnknownKind,
     /// The payload cannot be carried exactly, is too large, or breaks the policy's schema.
     InvalidPayload,
+    /// A tool's arguments are missing, of the wrong type, or unknown.
+    InvalidArguments,
     /// A decision or read was refused: bad signature, unknown key, key outside the policy.
     InvalidSignature,
     /// A request was malformed (approver API).
@@ -79,6 +81,7 @@ impl Code {
             Code::UnknownProposal => "UNKNOWN_PROPOSAL",
             Code::UnknownKind => "UNKNOWN_KIND",
             Code::InvalidPayload => "INVALID_PAYLOAD",
+            Code::InvalidArguments => "INVALID_ARGUMENTS",
             Code::InvalidSignature => "INVALID_SIGNATURE",
             Code::BadRequest => "BAD_REQUEST",
             Code::Unauthorized => "UNAUTHORIZED",

@@ -40,6 +40,18 @@ pub struct McpOptions {
     pub allowed_origins: Vec<String>,
 }
 
+impl McpOptions {
+    /// Accepts the server's own loopback origins on the port it listens on
+    /// (`http://localhost:PORT`, `http://127.0.0.1:PORT`, `http://[::1]:PORT`): a page
+    /// on another port or host is still refused, which is what stops DNS rebinding.
+    pub fn allow_own_origins(mut self, port: u16) -> Self {
+        for host in ["localhost", "127.0.0.1", "[::1]"] {
+            self.allowed_origins.push(format!("http://{host}:{port}"));
+        }
+        self
+    }
+}
+
 impl Default for McpOptions {
     fn default() -> Self {
         Self {

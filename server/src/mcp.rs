@@ -410,14 +410,26 @@ impl McpHandler {
         name: &str,
         args: Value,
     ) -> Result<Result<ToolOutput, ServiceError>, McpError> {
-        fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: Value) -> Result<T, McpError> {
-            serde_json::from_value(args).map_err(|e| {
-                McpError::invalid_params(format!("invalid arguments for {tool}: {e}"), None)
-            })
+        // Bad arguments are the agent's to correct, so they come back as a tool
+        // result it can read (MCP 2025-11-25, SEP-1303), not as a protocol error.
+        macro_rules! parse {
+            ($t:ty) => {
+                match serde_json::from_value::<$t>(args) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        return Ok(Err(ServiceError::new(
+                            Code::InvalidArguments,
+                            format!(
+                                "invalid arguments for {name}: {e}; see the tool's inputSchema"
+                            ),
+                        )))
+                    }
+                }
+            };
         }
         Ok(match name {
             "approval_prepare" => {
-                let a: PrepareArgs = parse(name, args)?;
+                let a = parse!(PrepareArgs);
                 match self.svc.prepare(agent, &a.kind, a.payload, a.summary).await {
                     Ok((rec, _)) => self.describe(&rec, None).map(|mut o| {
                         o.preview = Some(rec.preview.to_value());
@@ -427,7 +439,7 @@ impl McpHandler {
                 }
             }
             "approval_status" => {
-                let a: StatusArgs = parse(name, args)?;
+                let a = parse!(StatusArgs);
                 match self
                     .svc
                     .status(agent, &a.proposal_id, a.wait_seconds.unwrap_or(0))
@@ -438,7 +450,7 @@ impl McpHandler {
                 }
             }
             "approval_execute" => {
-                let a: ExecuteArgs = parse(name, args)?;
+                let a = parse!(ExecuteArgs);
                 match self
                     .svc
                     .execute(agent, &a.proposal_id, &a.preview_sha256)
@@ -449,18 +461,21 @@ impl McpHandler {
                 }
             }
             "approval_list" => {
-                let a: ListArgs = parse(name, args)?;
+                let a = parse!(ListArgs);
                 let status = match a.status.as_deref() {
                     None | Some("") => None,
-                    Some(s) => Some(Status::parse(s).ok_or_else(|| {
-                        McpError::invalid_params(
-                            format!(
-                                "unknown status {s:?}: use one of {}",
-                                Status::ALL.map(|s| s.as_str()).join(", ")
-                            ),
-                            None,
-                        )
-                    })?),
+                    Some(s) => match Status::parse(s) {
+                        Some(st) => Some(st),
+                        None => {
+                            return Ok(Err(ServiceError::new(
+                                Code::InvalidArguments,
+                                format!(
+                                    "unknown status {s:?}: use one of {}",
+                                    Status::ALL.map(|s| s.as_str()).join(", ")
+                                ),
+                            )))
+                        }
+                    },
                 };
                 let now = self.svc.now();
                 self.svc
@@ -486,7 +501,7 @@ impl McpHandler {
                     })
             }
             "approval_withdraw" => {
-                let a: WithdrawArgs = parse(name, args)?;
+                let a = parse!(WithdrawArgs);
                 match self.svc.withdraw(agent, &a.proposal_id).await {
                     Ok(rec) => self.describe(&rec, None),
                     Err(e) => Err(e),

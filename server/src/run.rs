@@ -98,6 +98,7 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
         .await
         .with_context(|| format!("cannot listen on {}", opts.listen))?;
     let mcp_addr = listener.local_addr()?;
+    let mcp_opts = mcp_opts.allow_own_origins(mcp_addr.port());
     let (main_router, approver) = match opts.approver_listen {
         Some(a) => {
             let l = tokio::net::TcpListener::bind(a)

@@ -372,14 +372,35 @@ async fn protocol_faults_are_json_rpc_errors() {
             json!({"name": "approval_status", "arguments": {"proposal_id": 5}}),
         )
         .await;
-    assert_eq!(v["error"]["code"], -32602, "{v}");
-    let v = s
-        .rpc(
-            "tools/call",
-            json!({"name": "approval_status", "arguments": {"proposal_id": "p", "extra": 1}}),
-        )
+    // Bad arguments are the agent's to fix: an isError result it can read (SEP-1303).
+    let r = &v["result"];
+    assert_eq!(
+        (
+            r["isError"].as_bool(),
+            r["structuredContent"]["code"].as_str()
+        ),
+        (Some(true), Some("INVALID_ARGUMENTS")),
+        "{v}"
+    );
+    let (err, out) = s
+        .call("approval_status", json!({"proposal_id": "p", "extra": 1}))
         .await;
-    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(
+        (err, out["code"].as_str()),
+        (true, Some("INVALID_ARGUMENTS"))
+    );
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `extra`"),
+        "{out}"
+    );
+    let (err, out) = s.call("approval_list", json!({"status": "DONE"})).await;
+    assert_eq!(
+        (err, out["code"].as_str()),
+        (true, Some("INVALID_ARGUMENTS"))
+    );
     let big = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{}"}}}}"#,
         "a".repeat(6 * 1024 * 1024)
@@ -406,6 +427,23 @@ async fn dns_rebinding_and_agent_tokens() {
         403
     );
     assert_eq!(s.rpc_raw(ping.clone(), &[]).await.status().as_u16(), 200);
+    // The server's own loopback origin (same port) is accepted; another port is not.
+    let own = format!("http://127.0.0.1:{}", s.addr.port());
+    assert_eq!(
+        s.rpc_raw(ping.clone(), &[("Origin", &own)])
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
+    let other = format!("http://localhost:{}", s.addr.port() as u32 + 1);
+    assert_eq!(
+        s.rpc_raw(ping.clone(), &[("Origin", &other)])
+            .await
+            .status()
+            .as_u16(),
+        403
+    );
 
     let token = approval_server::agents::new_token().unwrap();
     let line = approval_server::agents::line(
@@ -430,7 +468,7 @@ async fn dns_rebinding_and_agent_tokens() {
         .await
         .unwrap();
     assert_eq!(
-        v["error"]["code"], -32602,
+        v["result"]["structuredContent"]["code"], "INVALID_ARGUMENTS",
         "requested_by cannot be an argument: {v}"
     );
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "approval_prepare", "arguments": {"kind": "note.write", "payload": {"text": "t"}}}}).to_string();
