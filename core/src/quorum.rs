@@ -11,7 +11,7 @@
 //! a "no" is never outvoted by the same person's earlier "yes".
 
 use crate::ids::{ApproverName, Sha256Hex};
-use crate::keyring::Keyring;
+use crate::keyring::{Keyring, PublicKey};
 use crate::message::{Decision, SignedDecision};
 use crate::policy::Policy;
 use serde::{Deserialize, Serialize};
@@ -87,6 +87,29 @@ pub fn evaluate(
     preview_sha256: &Sha256Hex,
     decisions: &[SignedDecision],
 ) -> Tally {
+    evaluate_with(
+        policy,
+        keyring,
+        preview_sha256,
+        decisions,
+        |key, d, hash| d.verify(key, hash).is_ok(),
+    )
+}
+
+/// [`evaluate`], with the signature check supplied by the caller.
+///
+/// This is not a second way of counting: every rule above is applied here, and
+/// [`evaluate`] is this function with `verify_strict`. It exists for a caller that
+/// memoises verification results (the server re-counts the same signatures on every
+/// status poll). `verify` must answer exactly what [`SignedDecision::verify`] would for
+/// that key, decision and hash; a cache keyed by all three does.
+pub fn evaluate_with(
+    policy: &Policy,
+    keyring: &Keyring,
+    preview_sha256: &Sha256Hex,
+    decisions: &[SignedDecision],
+    verify: impl Fn(&PublicKey, &SignedDecision, &Sha256Hex) -> bool,
+) -> Tally {
     let mut seen: BTreeSet<([u8; 32], Decision)> = BTreeSet::new();
     let mut approvals: Vec<ApproverName> = Vec::new();
     let mut rejections: Vec<ApproverName> = Vec::new();
@@ -102,7 +125,7 @@ pub fn evaluate(
             ignored.push((i, Ignored::NotInPolicy));
             continue;
         }
-        if d.verify(key, preview_sha256).is_err() {
+        if !verify(key, d, preview_sha256) {
             ignored.push((i, Ignored::BadSignature));
             continue;
         }

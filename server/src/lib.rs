@@ -20,3 +20,4 @@ pub mod record;
 pub mod run;
 pub mod service;
 pub mod store;
+pub mod verify_cache;

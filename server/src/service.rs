@@ -17,7 +17,7 @@ use crate::store::{Cas, GroupCommit, PendingLimits, Store, StoreError};
 use approval_core::ids::AgentName;
 use approval_core::message::{Decision, SignedDecision};
 use approval_core::policy::{PayloadRefusal, Policy};
-use approval_core::quorum::{evaluate, QuorumOutcome, Tally};
+use approval_core::quorum::{evaluate_with, QuorumOutcome, Tally};
 use approval_core::receipt::Receipt;
 use approval_core::status::{Lifecycle, Outcome, Status};
 use approval_core::{ApproverName, Code, Kind, Preview, ProposalId, Sha256Hex, Timestamp};
@@ -118,6 +118,7 @@ pub struct Service {
     events: broadcast::Sender<Event>,
     exec: ExecContext,
     limits: PendingLimits,
+    verified: crate::verify_cache::VerifyCache,
 }
 
 fn transition_refusal(
@@ -161,6 +162,7 @@ impl Service {
             events: broadcast::channel(4096).0,
             exec,
             limits: PendingLimits::default(),
+            verified: Default::default(),
         })
     }
 
@@ -230,11 +232,12 @@ impl Service {
     pub fn tally(&self, rec: &ProposalRecord) -> Result<(Tally, Arc<Policy>), ServiceError> {
         let policy = self.policy_of(rec)?;
         let keyring = &self.config().keyring;
-        let tally = evaluate(
+        let tally = evaluate_with(
             &policy,
             keyring,
             &rec.preview_sha256,
             &rec.signed_decisions(),
+            |k, d, h| self.verified.verify(k, d, h),
         );
         Ok((tally, policy))
     }
@@ -493,14 +496,9 @@ impl Service {
             .about(&rec, now)
             .retry(true));
         }
-        // The policy must be the one the approvers signed under; if it changed, the
-        // proposal ends as POLICY_CHANGED and the claim below refuses with that code.
-        let current = self
-            .config()
-            .policies
-            .get(&rec.preview.kind)
-            .map(|p| p.sha256());
-        if current != Some(rec.preview.policy_sha256) {
+        // The rules must be the ones the approvers signed under (policy and keys); if
+        // they changed, the proposal ends as POLICY_CHANGED and the claim below refuses.
+        if !self.rules_hold(&self.config(), &rec)? {
             self.void_one(rec.id()).await?;
         }
         let claimed = self
@@ -517,8 +515,8 @@ impl Service {
                 let (tally, _) = self.tally(cur)?;
                 if tally.outcome != QuorumOutcome::Reached {
                     return Err(ServiceError::new(
-                        Code::PendingQuorum,
-                        "the approvals no longer reach quorum under the keyring in force (an approver's key was removed); ask approvers to sign again",
+                        Code::PolicyChanged,
+                        "the approvals no longer reach quorum under the keyring in force (an approver's key was removed or replaced); prepare the action again",
                     )
                     .about(cur, now));
                 }
@@ -862,40 +860,54 @@ impl Service {
         Ok(stuck.len())
     }
 
+    /// Whether a record's rules still hold: its kind's policy in force is the one it was
+    /// made under, and, once APPROVED, its approvals still reach quorum under the keyring
+    /// in force (a removed or replaced key stops counting at once).
+    fn rules_hold(&self, config: &Config, rec: &ProposalRecord) -> Result<bool, ServiceError> {
+        let same = config.policies.get(&rec.preview.kind).map(|p| p.sha256())
+            == Some(rec.preview.policy_sha256);
+        if !same {
+            return Ok(false);
+        }
+        if rec.status() == Status::Approved {
+            let (tally, _) = self.tally(rec)?;
+            return Ok(tally.outcome == QuorumOutcome::Reached);
+        }
+        Ok(true)
+    }
+
+    /// Ends a PENDING or APPROVED proposal as POLICY_CHANGED when its rules no longer hold.
     async fn void_one(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
         let config = self.config();
         self.transition(id, |cur, now| {
-            let same = config.policies.get(&cur.preview.kind).map(|p| p.sha256())
-                == Some(cur.preview.policy_sha256);
-            if same {
+            if self.rules_hold(&config, cur)? {
                 return Ok(None);
             }
             let Ok(life) = cur.lifecycle.policy_changed(now) else {
                 return Ok(None);
             };
             let next = cur.with_lifecycle(life, now);
+            let detail = json!({
+                "old_policy_sha256": cur.preview.policy_sha256,
+                "why": "the kind's policy, or the keys its approvals were made with, changed",
+            });
             Ok(Some((
                 next.clone(),
-                vec![Self::event(
-                    AuditKind::PolicyChanged,
-                    &next,
-                    now,
-                    json!({"old_policy_sha256": cur.preview.policy_sha256}),
-                )],
+                vec![Self::event(AuditKind::PolicyChanged, &next, now, detail)],
             )))
         })
         .await
     }
 
-    /// Ends, as POLICY_CHANGED, every open proposal whose kind's policy is no longer the one it was made under.
+    /// Ends, as POLICY_CHANGED, every open proposal whose rules changed: its kind's policy
+    /// is no longer the one it was made under, or (once approved) the keyring in force no
+    /// longer gives it quorum. Runs at start-up and after every reload.
     pub async fn void_changed_policies(&self) -> Result<usize, ServiceError> {
         let config = self.config();
         let mut n = 0;
         for st in [Status::Pending, Status::Approved] {
             for rec in self.store.list_status(st, usize::MAX)? {
-                let same = config.policies.get(&rec.preview.kind).map(|p| p.sha256())
-                    == Some(rec.preview.policy_sha256);
-                if !same {
+                if !self.rules_hold(&config, &rec)? {
                     self.void_one(rec.id()).await?;
                     n += 1;
                 }

@@ -754,3 +754,38 @@ async fn events_stream_new_and_changed_proposals_to_watchers() {
         "the second event shows alice's approval: {seen}"
     );
 }
+
+#[tokio::test]
+async fn replacing_an_approvers_key_after_approval_ends_the_proposal() {
+    let s = start().await;
+    let (id, hash) = s.prepare("rekeyed").await;
+    s.decide(&id, &hash, "alice", Decision::Approve).await;
+    s.decide(&id, &hash, "carol", Decision::Approve).await;
+    let (_, st) = s.call("approval_status", json!({"proposal_id": id})).await;
+    assert_eq!(st["executable"], true);
+    // alice's key is replaced: her signature no longer counts, quorum is lost.
+    let new_alice = approval_core::keyring::SecretKey::from_seed(
+        approval_core::ApproverName::parse("alice").unwrap(),
+        [42; 32],
+    );
+    let text = keyring_text(&["bob", "carol", "dave"]) + &new_alice.keyring_line() + "\n";
+    std::fs::write(&s.keys, text).unwrap();
+    assert_eq!(s.svc.reload().await.unwrap(), 1);
+    let (_, st) = s.call("approval_status", json!({"proposal_id": id})).await;
+    assert_eq!(
+        (
+            st["code"].as_str(),
+            st["executable"].as_bool(),
+            st["retry_allowed"].as_bool()
+        ),
+        (Some("POLICY_CHANGED"), Some(false), Some(false))
+    );
+    let (err, out) = s
+        .call(
+            "approval_execute",
+            json!({"proposal_id": id, "preview_sha256": hash}),
+        )
+        .await;
+    assert_eq!((err, out["code"].as_str()), (true, Some("POLICY_CHANGED")));
+    assert!(!s.dir.path().join("sandbox").exists());
+}

@@ -1,0 +1,78 @@
+//! Remembers which signatures verified, so a status poll does not redo Ed25519 math.
+//!
+//! Quorum is re-counted on every read with the keyring in force (a key removed from the
+//! keyring stops counting at once); only the arithmetic of `verify_strict` is
+//! memoised, keyed by the public key, the exact signed message and the signature. A
+//! hit therefore means "this key signed exactly this message", which is what the
+//! verification would have said. Only successes are remembered; the set is cleared
+//! when it grows past its bound.
+
+use approval_core::message::{decision_message, SignedDecision};
+use approval_core::{PublicKey, Sha256Hex};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Entries kept before the cache is cleared.
+pub const CAPACITY: usize = 200_000;
+
+/// A bounded set of verified (key, message, signature) digests.
+#[derive(Default)]
+pub struct VerifyCache {
+    seen: Mutex<HashSet<[u8; 32]>>,
+}
+
+impl VerifyCache {
+    /// `SignedDecision::verify`, memoised.
+    pub fn verify(&self, key: &PublicKey, d: &SignedDecision, hash: &Sha256Hex) -> bool {
+        let Ok(msg) = decision_message(d.decision, hash, &d.reason) else {
+            return false;
+        };
+        let mut buf = Vec::with_capacity(32 + 64 + msg.len());
+        buf.extend_from_slice(&key.to_bytes());
+        buf.extend_from_slice(&d.signature.0);
+        buf.extend_from_slice(msg.as_bytes());
+        let digest = *Sha256Hex::digest(&buf).as_bytes();
+        if self
+            .seen
+            .lock()
+            .map(|s| s.contains(&digest))
+            .unwrap_or(false)
+        {
+            return true;
+        }
+        let ok = d.verify(key, hash).is_ok();
+        if ok {
+            if let Ok(mut s) = self.seen.lock() {
+                if s.len() >= CAPACITY {
+                    s.clear();
+                }
+                s.insert(digest);
+            }
+        }
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use approval_core::keyring::SecretKey;
+    use approval_core::message::Decision;
+    use approval_core::ApproverName;
+
+    #[test]
+    fn a_hit_never_turns_a_bad_signature_good() {
+        let k = SecretKey::from_seed(ApproverName::parse("alice").unwrap(), [3; 32]);
+        let h = Sha256Hex::digest(b"p");
+        let d = SignedDecision::sign(&k.key, k.name.clone(), Decision::Approve, &h, "").unwrap();
+        let cache = VerifyCache::default();
+        assert!(cache.verify(&k.public_key(), &d, &h));
+        assert!(cache.verify(&k.public_key(), &d, &h));
+        let mut other = d.clone();
+        other.decision = Decision::Reject;
+        assert!(!cache.verify(&k.public_key(), &other, &h));
+        assert!(!cache.verify(&k.public_key(), &d, &Sha256Hex::digest(b"q")));
+        let k2 = SecretKey::from_seed(ApproverName::parse("bob").unwrap(), [4; 32]);
+        assert!(!cache.verify(&k2.public_key(), &d, &h));
+    }
+}

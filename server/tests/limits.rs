@@ -1,0 +1,649 @@
+//! Limits and refusals at the edges (issue #7), in-process on a real loopback
+//! port, served by the production accept loop (`approval_server::listener::serve`).
+//!
+//! Every refusal checks that the store is unchanged (records and audit chain).
+
+mod common;
+
+use approval_core::message::{sign_read, Decision, SignedDecision};
+use approval_core::{Preview, Sha256Hex};
+use approval_server::clock::{Clock, ManualClock};
+use approval_server::config::ConfigSource;
+use approval_server::executor::ExecContext;
+use approval_server::http::{self, McpOptions};
+use approval_server::service::Service;
+use approval_server::store::{PendingLimits, SledStore, Store};
+use common::{key, keyring_text, NOTE_POLICY, T0};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// What a refusal must not change: every record and the audit chain.
+type Snapshot = (usize, Option<(u64, Sha256Hex)>, Vec<String>);
+
+struct Srv {
+    _dir: tempfile::TempDir,
+    svc: Arc<Service>,
+    clock: ManualClock,
+    addr: SocketAddr,
+    http: reqwest::Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A policy like `NOTE_POLICY` whose payloads may be at most `max` canonical bytes.
+fn small_policy(max: u64) -> String {
+    NOTE_POLICY.replace(
+        "vetoes = 1\n",
+        &format!("vetoes = 1\nmax_payload_bytes = {max}\n"),
+    )
+}
+
+fn token_hash(token: &str) -> String {
+    Sha256Hex::digest(token.as_bytes()).to_hex()
+}
+
+/// The same assembly as `common::start_with`, with pending limits and the
+/// production listener.
+async fn start(policy: &str, limits: PendingLimits, agents: Option<&str>) -> Srv {
+    let dir = tempfile::tempdir().unwrap();
+    let pdir = dir.path().join("policies");
+    std::fs::create_dir_all(&pdir).unwrap();
+    std::fs::write(pdir.join("note.write.toml"), policy).unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, keyring_text(&["alice", "bob", "carol", "dave"])).unwrap();
+    let agents = agents.map(|a| {
+        let p = dir.path().join("agents");
+        std::fs::write(&p, a).unwrap();
+        p
+    });
+    let source = ConfigSource {
+        policies: pdir,
+        keys,
+        agents,
+        embedded_policies: None,
+    };
+    let config = source.load().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("store")).unwrap());
+    let clock = ManualClock::new(T0);
+    let svc = Service::with_limits(
+        store,
+        config,
+        Some(source),
+        Arc::new(clock.clone()),
+        ExecContext::new(dir.path().to_path_buf()),
+        limits,
+    );
+    let app = http::app(svc.clone(), &McpOptions::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(approval_server::listener::serve(
+        listener,
+        app,
+        std::future::pending(),
+    ));
+    Srv {
+        _dir: dir,
+        svc,
+        clock,
+        addr,
+        http: reqwest::Client::new(),
+        task,
+    }
+}
+
+async fn start_default() -> Srv {
+    start(NOTE_POLICY, PendingLimits::default(), None).await
+}
+
+impl Srv {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn rpc_raw(&self, body: String, token: Option<&str>) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(self.url("/mcp"))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2025-06-18");
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.body(body).send().await.unwrap()
+    }
+
+    /// A tool call: (isError, structuredContent).
+    async fn call_as(&self, token: Option<&str>, tool: &str, args: Value) -> (bool, Value) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": tool, "arguments": args}})
+        .to_string();
+        let v: Value = self.rpc_raw(body, token).await.json().await.unwrap();
+        let r = &v["result"];
+        assert!(r.is_object(), "no result: {v}");
+        (
+            r["isError"].as_bool().unwrap_or(false),
+            r["structuredContent"].clone(),
+        )
+    }
+
+    async fn prepare_as(&self, token: Option<&str>, text: &str) -> (bool, Value) {
+        self.call_as(
+            token,
+            "approval_prepare",
+            json!({"kind": "note.write", "payload": {"text": text}}),
+        )
+        .await
+    }
+
+    async fn prepare(&self, text: &str) -> (String, String) {
+        let (err, out) = self.prepare_as(None, text).await;
+        assert!(!err, "{out}");
+        (
+            out["proposal_id"].as_str().unwrap().to_owned(),
+            out["preview_sha256"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    async fn post_decision(&self, id: &str, body: String) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(&format!("/v1/proposals/{id}/decisions")))
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    fn signed(who: &str, decision: Decision, hash: &str, reason: &str) -> Value {
+        let k = key(who);
+        let d = SignedDecision::sign(
+            &k.key,
+            k.name.clone(),
+            decision,
+            &Sha256Hex::parse(hash).unwrap(),
+            reason,
+        )
+        .unwrap();
+        serde_json::to_value(d).unwrap()
+    }
+
+    /// A signed read as `name`, with `signer`'s key, at `at` (unix seconds).
+    async fn get_signed_as(&self, name: &str, signer: &str, at: i64, path: &str) -> (u16, Value) {
+        let k = key(signer);
+        let auth = sign_read(&k.key, &key(name).name, at, "GET", path);
+        let r = self
+            .http
+            .get(self.url(path))
+            .header("Authorization", auth)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now().unix()
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let (entries, head) = self.svc.store().audit().unwrap();
+        let mut recs = vec![];
+        for st in approval_core::Status::ALL {
+            for r in self.svc.store().list_status(st, 10_000).unwrap() {
+                recs.push(serde_json::to_string(&r).unwrap());
+            }
+        }
+        recs.sort();
+        (entries.len(), head, recs)
+    }
+}
+
+/// Sends one raw HTTP/1.1 request and returns the status code and the response
+/// text. The body is written by a separate task while the response is read, so a
+/// server that answers before reading the whole body (as it must for a body over
+/// the limit) is seen answering, whatever happens to the rest of the upload.
+async fn raw_request(addr: SocketAddr, head: String, body: Vec<u8>) -> (u16, String) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        if wr.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        for chunk in body.chunks(64 * 1024) {
+            if wr.write_all(chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = wr.flush().await;
+        // Keep the write half open: closing it could make the server see EOF first.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rd.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => {
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                // Stop once the headers and the announced body are in.
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse::<usize>().ok())?
+                        })
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    writer.abort();
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|t| t.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+fn mcp_head(addr: SocketAddr, len: Option<usize>) -> String {
+    let framing = match len {
+        Some(n) => format!("Content-Length: {n}\r\n"),
+        None => "Transfer-Encoding: chunked\r\n".to_owned(),
+    };
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n{framing}\r\n",
+        addr.port()
+    )
+}
+
+fn chunked(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in body.chunks(32 * 1024) {
+        out.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+        out.extend_from_slice(c);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+/// A prepare whose body is `size` bytes long, all of it a payload string.
+fn prepare_body_of(size: usize) -> Vec<u8> {
+    let frame = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "approval_prepare", "arguments": {"kind": "note.write", "payload": {"text": ""}}}})
+    .to_string();
+    let fill = size - frame.len();
+    frame.replace("\"text\":\"\"", &format!("\"text\":\"{}\"", "a".repeat(fill))).into_bytes()
+}
+
+#[tokio::test]
+async fn an_mcp_body_over_5_mib_is_413_and_changes_nothing() {
+    let s = start_default().await;
+    s.prepare("before").await;
+    let before = s.snapshot();
+    let max = approval_server::http::MAX_MCP_BODY;
+    assert_eq!(max, 5 * 1024 * 1024);
+    let body = prepare_body_of(max + 1);
+    assert_eq!(body.len(), max + 1);
+    // Announced with Content-Length.
+    let (status, text) = raw_request(s.addr, mcp_head(s.addr, Some(body.len())), body.clone()).await;
+    assert_eq!(status, 413, "{}", &text[..text.len().min(400)]);
+    // Streamed in chunks, with no length announced.
+    let (status, text) = raw_request(s.addr, mcp_head(s.addr, None), chunked(&body)).await;
+    assert_eq!(status, 413, "{}", &text[..text.len().min(400)]);
+    assert_eq!(s.snapshot(), before);
+    // The server still serves.
+    s.prepare("after").await;
+}
+
+#[tokio::test]
+async fn nesting_deeper_than_128_in_a_payload_is_invalid_payload() {
+    let s = start_default().await;
+    let before = s.snapshot();
+    let depth = approval_core::json::MAX_DEPTH + 1;
+    let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"approval_prepare","arguments":{{"kind":"note.write","payload":{{"text":"x","deep":{deep}}}}}}}}}"#
+    );
+    let r = s.rpc_raw(body, None).await;
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    assert_eq!(v["result"]["structuredContent"]["code"], "INVALID_PAYLOAD", "{v}");
+    assert_eq!(s.snapshot(), before);
+}
+
+#[tokio::test]
+async fn a_payload_over_the_policys_max_payload_bytes_is_invalid_payload() {
+    let s = start(&small_policy(1024), PendingLimits::default(), None).await;
+    // Canonical size of {"text":"..."} is the text plus 11 bytes.
+    let at_limit = "a".repeat(1024 - 11);
+    let before = s.snapshot();
+    let (err, out) = s.prepare_as(None, &format!("{at_limit}a")).await;
+    assert!(err, "{out}");
+    assert_eq!(out["code"], "INVALID_PAYLOAD", "{out}");
+    assert!(
+        out["message"].as_str().unwrap().contains("1024"),
+        "the refusal names the limit: {out}"
+    );
+    assert_eq!(s.snapshot(), before);
+    // Exactly at the limit is accepted.
+    let (err, out) = s.prepare_as(None, &at_limit).await;
+    assert!(!err, "{out}");
+}
+
+#[tokio::test]
+async fn pending_proposals_per_agent_and_in_all_are_limited() {
+    let agents = format!(
+        "ada {}\nbea {}\n",
+        token_hash("token-ada"),
+        token_hash("token-bea")
+    );
+    let s = start(
+        NOTE_POLICY,
+        PendingLimits {
+            per_agent: 3,
+            total: 5,
+        },
+        Some(&agents),
+    )
+    .await;
+    let (ada, bea) = (Some("token-ada"), Some("token-bea"));
+    let mut ada_ids = vec![];
+    for i in 0..3 {
+        let (err, out) = s.prepare_as(ada, &format!("ada {i}")).await;
+        assert!(!err, "{out}");
+        ada_ids.push(out["proposal_id"].as_str().unwrap().to_owned());
+    }
+    // Ada's fourth: over the per-agent limit.
+    let before = s.snapshot();
+    let (err, out) = s.prepare_as(ada, "ada 3").await;
+    assert!(err, "{out}");
+    assert_eq!(out["code"], "LIMIT_EXCEEDED", "{out}");
+    assert_eq!(out["retry_allowed"], true, "{out}");
+    assert_eq!(s.snapshot(), before);
+    // Bea has her own three, but the server holds at most five in all.
+    for i in 0..2 {
+        let (err, out) = s.prepare_as(bea, &format!("bea {i}")).await;
+        assert!(!err, "{out}");
+    }
+    let before = s.snapshot();
+    let (err, out) = s.prepare_as(bea, "bea 2").await;
+    assert!(err, "{out}");
+    assert_eq!(out["code"], "LIMIT_EXCEEDED", "{out}");
+    assert_eq!(s.snapshot(), before);
+    assert_eq!(s.svc.store().pending_count(None).unwrap(), 5);
+    // A refused prepare did not count: the counters are exact.
+    assert_eq!(
+        s.svc
+            .store()
+            .pending_count(Some(&approval_core::ids::AgentName::parse("ada").unwrap()))
+            .unwrap(),
+        3
+    );
+    // Withdrawing one frees a slot in all (and for Ada), and only one.
+    let (err, out) = s
+        .call_as(ada, "approval_withdraw", json!({"proposal_id": ada_ids[0]}))
+        .await;
+    assert!(!err, "{out}");
+    let (err, out) = s.prepare_as(bea, "bea 2").await;
+    assert!(!err, "{out}");
+    let (err, out) = s.prepare_as(ada, "ada 3").await;
+    assert!(err, "{out}");
+    assert_eq!(out["code"], "LIMIT_EXCEEDED", "{out}");
+    // Leaving PENDING by quorum frees a slot too.
+    let st = s
+        .call_as(ada, "approval_status", json!({"proposal_id": ada_ids[1]}))
+        .await
+        .1;
+    let hash = st["preview_sha256"].as_str().unwrap().to_owned();
+    for who in ["alice", "carol"] {
+        let (code, v) = s
+            .post_decision(
+                &ada_ids[1],
+                Srv::signed(who, Decision::Approve, &hash, "").to_string(),
+            )
+            .await;
+        assert_eq!(code, 200, "{v}");
+    }
+    let (err, out) = s.prepare_as(ada, "ada 3").await;
+    assert!(!err, "{out}");
+}
+
+#[tokio::test]
+async fn a_fifth_event_stream_for_one_approver_is_429_limit_exceeded() {
+    let s = start_default().await;
+    let before = s.snapshot();
+    let open = |who: &'static str| {
+        let k = key(who);
+        let auth = sign_read(&k.key, &k.name, s.now(), "GET", "/v1/events");
+        s.http
+            .get(s.url("/v1/events"))
+            .header("Authorization", auth)
+            .send()
+    };
+    let mut streams = vec![];
+    for _ in 0..approval_server::approver_api::MAX_WATCHERS_PER_APPROVER {
+        let r = open("alice").await.unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        streams.push(r);
+    }
+    assert_eq!(streams.len(), 4);
+    let fifth = open("alice").await.unwrap();
+    assert_eq!(fifth.status().as_u16(), 429);
+    let v: Value = fifth.json().await.unwrap();
+    assert_eq!(v["code"], "LIMIT_EXCEEDED", "{v}");
+    // Another approver is not affected.
+    let bob = open("bob").await.unwrap();
+    assert_eq!(bob.status().as_u16(), 200);
+    // Closing one frees its slot.
+    drop(streams.pop());
+    let mut reopened = None;
+    for _ in 0..100 {
+        let r = open("alice").await.unwrap();
+        if r.status().as_u16() == 200 {
+            reopened = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reopened.is_some(), "a closed stream's slot was never freed");
+    assert_eq!(s.snapshot(), before);
+}
+
+#[tokio::test]
+async fn a_decision_body_over_16_kib_is_413_and_changes_nothing() {
+    let s = start_default().await;
+    let (id, hash) = s.prepare("x").await;
+    let before = s.snapshot();
+    let max = approval_server::approver_api::MAX_DECISION_BODY;
+    assert_eq!(max, 16 * 1024);
+    // A decision signed properly, padded with whitespace past the limit.
+    let body = Srv::signed("alice", Decision::Approve, &hash, "").to_string();
+    let padded = format!("{body}{}", " ".repeat(max + 1 - body.len()));
+    assert_eq!(padded.len(), max + 1);
+    let (code, v) = s.post_decision(&id, padded).await;
+    assert_eq!(code, 413, "{v}");
+    assert_eq!(v["code"], "LIMIT_EXCEEDED", "errors are JSON {{code, message}}: {v}");
+    assert_eq!(s.snapshot(), before);
+    // Exactly at the limit it is read (and counts).
+    let padded = format!("{body}{}", " ".repeat(max - body.len()));
+    let (code, v) = s.post_decision(&id, padded).await;
+    assert_eq!(code, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_slow_loris_sockets_do_not_stop_other_clients() {
+    let s = start_default().await;
+    let (id, hash) = s.prepare("x").await;
+    let before = s.snapshot();
+    // Fifty clients that start a request line and then trickle a byte every 200 ms.
+    let mut socks = vec![];
+    for _ in 0..50 {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"POST /mcp HTT").await.unwrap();
+        socks.push(c);
+    }
+    let opened = Instant::now();
+    let trickle = tokio::spawn(async move {
+        let mut closed = vec![None; socks.len()];
+        for round in 0..100u32 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            for (i, c) in socks.iter_mut().enumerate() {
+                if closed[i].is_none() && c.write_all(b"P").await.is_err() {
+                    closed[i] = Some(round);
+                }
+            }
+        }
+        closed
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A normal read, an MCP call and a decision are each served in under a second.
+    let t = Instant::now();
+    let r = s.http.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let healthz = t.elapsed();
+    let t = Instant::now();
+    let (err, out) = s
+        .call_as(None, "approval_status", json!({"proposal_id": id}))
+        .await;
+    assert!(!err, "{out}");
+    let status = t.elapsed();
+    let t = Instant::now();
+    let (code, v) = s
+        .post_decision(&id, Srv::signed("alice", Decision::Approve, &hash, "").to_string())
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let decide = t.elapsed();
+    eprintln!("with 50 slow-loris sockets open: healthz {healthz:?}, status {status:?}, decision {decide:?}");
+    for (what, d) in [("healthz", healthz), ("approval_status", status), ("decision", decide)] {
+        assert!(d < Duration::from_secs(1), "{what} took {d:?} with 50 slow-loris sockets open");
+    }
+    // The server drops the trickling sockets once its header-read time-out passes,
+    // however often they send a byte.
+    let closed = trickle.await.unwrap();
+    let limit = approval_server::listener::HEADER_READ_TIMEOUT;
+    let dropped = closed.iter().filter(|c| c.is_some()).count();
+    eprintln!(
+        "after {:?}: {dropped} of 50 slow-loris sockets were closed by the server (header-read time-out {limit:?})",
+        opened.elapsed()
+    );
+    assert_eq!(dropped, 50, "slow-loris sockets kept open past the header-read time-out");
+    let latest = closed.iter().flatten().max().copied().unwrap_or(0);
+    let by = Duration::from_millis(200 * u64::from(latest + 1));
+    assert!(
+        by <= limit + Duration::from_secs(5),
+        "the last slow-loris socket was closed only after {by:?}"
+    );
+    // Only the decision changed the store.
+    assert_eq!(s.snapshot().0, before.0 + 1);
+}
+
+#[tokio::test]
+async fn a_read_signed_more_than_300_s_away_is_401() {
+    let s = start_default().await;
+    let (id, _) = s.prepare("x").await;
+    let before = s.snapshot();
+    let path = format!("/v1/proposals/{id}");
+    let now = s.now();
+    for at in [now - 301, now + 301, now - 3600, 0] {
+        let (code, v) = s.get_signed_as("alice", "alice", at, &path).await;
+        assert_eq!(code, 401, "read signed at {at} (now {now}): {v}");
+        assert_eq!(v["code"], "UNAUTHORIZED", "{v}");
+    }
+    for at in [now - 300, now + 300, now] {
+        let (code, v) = s.get_signed_as("alice", "alice", at, &path).await;
+        assert_eq!(code, 200, "read signed at {at} (now {now}): {v}");
+    }
+    // Time passing on the server's clock makes a once-fresh signature stale.
+    let k = key("alice");
+    let auth = sign_read(&k.key, &k.name, now, "GET", &path);
+    s.clock.advance(301);
+    let r = s
+        .http
+        .get(s.url(&path))
+        .header("Authorization", auth)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(s.snapshot(), before);
+}
+
+#[tokio::test]
+async fn a_read_signed_with_another_approvers_key_is_401() {
+    let s = start_default().await;
+    let (id, _) = s.prepare("x").await;
+    let before = s.snapshot();
+    let now = s.now();
+    for path in [format!("/v1/proposals/{id}"), "/v1/proposals".to_owned(), "/v1/events".to_owned()] {
+        // Bob signs, claiming to be alice; and dave (in the keyring, not in the
+        // policy) signs as carol.
+        for (name, signer) in [("alice", "bob"), ("carol", "dave")] {
+            let (code, v) = s.get_signed_as(name, signer, now, &path).await;
+            assert_eq!(code, 401, "{signer} as {name} on {path}: {v}");
+            assert_eq!(v["code"], "UNAUTHORIZED", "{v}");
+        }
+    }
+    assert_eq!(s.snapshot(), before);
+}
+
+#[tokio::test]
+async fn a_decision_signed_for_another_servers_preview_is_403() {
+    let s = start_default().await;
+    let (id, hash) = s.prepare("x").await;
+    let before = s.snapshot();
+    let (code, view) = s
+        .get_signed_as("alice", "alice", s.now(), &format!("/v1/proposals/{id}"))
+        .await;
+    assert_eq!(code, 200, "{view}");
+    // The same proposal id, kind, payload and times, on another server.
+    let mut other = view["preview"].clone();
+    assert_eq!(other["proposal_id"], id.as_str());
+    assert_ne!(other["server_id"], "srv-someoneelse");
+    other["server_id"] = json!("srv-someoneelse");
+    let other_hash = Preview::from_value(&other).unwrap().sha256().to_hex();
+    assert_ne!(other_hash, hash);
+    for d in [Decision::Approve, Decision::Reject] {
+        let (code, v) = s
+            .post_decision(&id, Srv::signed("alice", d, &other_hash, "").to_string())
+            .await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["code"], "INVALID_SIGNATURE", "{v}");
+    }
+    assert_eq!(s.snapshot(), before);
+    // The right preview's signature is accepted.
+    let (code, v) = s
+        .post_decision(&id, Srv::signed("alice", Decision::Approve, &hash, "").to_string())
+        .await;
+    assert_eq!(code, 200, "{v}");
+}
