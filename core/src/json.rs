@@ -251,10 +251,15 @@ impl Parser<'_> {
 
     fn value(&mut self, ptr: String, depth: usize) -> Result<Value, PayloadError> {
         if depth > MAX_DEPTH {
-            return Err(PayloadError {
-                pointer: ptr,
-                problem: Problem::TooDeep,
-            });
+            // Recorded, not fatal, so that a caller reading a larger document can tell
+            // where the deep value sits; skipped without recursion.
+            self.problem(&ptr, Problem::TooDeep);
+            match self.s.get(self.i) {
+                Some(b'[' | b'{') => self.skip_nested(&ptr)?,
+                // A scalar cannot recurse: read it as usual.
+                _ => drop(self.value(ptr, 0)?),
+            }
+            return Ok(Value::Null);
         }
         match self.s.get(self.i) {
             Some(b'{') => self.object(ptr, depth),
@@ -266,6 +271,46 @@ impl Parser<'_> {
             Some(b'-' | b'0'..=b'9') => self.number(&ptr),
             Some(_) => Err(self.syntax(&ptr, "expected a JSON value")),
             None => Err(self.syntax(&ptr, "unexpected end of input")),
+        }
+    }
+
+    /// Skips one value that is nested too deeply to parse, iteratively: brackets are
+    /// balanced and strings skipped, nothing else is checked (the value is refused anyway).
+    fn skip_nested(&mut self, ptr: &str) -> Result<(), PayloadError> {
+        let mut open = 0usize;
+        loop {
+            match self.s.get(self.i) {
+                None => return Err(self.syntax(ptr, "unexpected end of input")),
+                Some(b'"') => {
+                    self.i += 1;
+                    loop {
+                        match self.s.get(self.i) {
+                            None => return Err(self.syntax(ptr, "unterminated string")),
+                            Some(b'\\') => self.i += 2,
+                            Some(b'"') => {
+                                self.i += 1;
+                                break;
+                            }
+                            Some(_) => self.i += 1,
+                        }
+                    }
+                }
+                Some(b'[' | b'{') => {
+                    open += 1;
+                    self.i += 1;
+                }
+                Some(b']' | b'}') => {
+                    if open == 0 {
+                        return Err(self.syntax(ptr, "unbalanced brackets"));
+                    }
+                    open -= 1;
+                    self.i += 1;
+                }
+                Some(_) => self.i += 1,
+            }
+            if open == 0 {
+                return Ok(());
+            }
         }
     }
 
@@ -479,15 +524,24 @@ impl Parser<'_> {
             self.problem(ptr, Problem::NotFinite);
             return Ok(Value::Null);
         }
-        if decimal_key(text) != decimal_key(&format!("{f:e}")) {
+        // A fraction or exponent that names an integer (1.0, 2e3) is still a double
+        // to JCS, and prints as the integer; keep it as a double here.
+        let Some(n) = Number::from_f64(f) else {
+            self.problem(ptr, Problem::NotFinite);
+            return Ok(Value::Null);
+        };
+        // Compare with the spelling JCS will sign, not with Rust's own shortest
+        // form: when a double lies exactly halfway between two shortest decimals
+        // (1795465850265754.25), JCS (ECMAScript) picks the even digit (…754.2)
+        // and Rust's formatter the other (…754.3), so checking against Rust
+        // refused the canonical spelling and let the other one change meaning.
+        let value = Value::Number(n);
+        let canonical = canonical_bytes(&value);
+        if decimal_key(text) != decimal_key(std::str::from_utf8(&canonical).unwrap_or("")) {
             self.problem(ptr, Problem::LosesPrecision);
             return Ok(Value::Null);
         }
-        // A fraction or exponent that names an integer (1.0, 2e3) is still a double
-        // to JCS, and prints as the integer; keep it as a double here.
-        Ok(Number::from_f64(f)
-            .map(Value::Number)
-            .unwrap_or(Value::Null))
+        Ok(value)
     }
 }
 
@@ -616,6 +670,24 @@ mod tests {
         }
         let deep = "[".repeat(MAX_DEPTH + 2) + &"]".repeat(MAX_DEPTH + 2);
         assert_eq!(err(&deep).problem, Problem::TooDeep);
+        // Deep scalars, and a deep value followed by more document, are located.
+        let deep = "[".repeat(MAX_DEPTH + 1) + "123" + &"]".repeat(MAX_DEPTH + 1);
+        assert_eq!(err(&deep).problem, Problem::TooDeep);
+        let doc = format!(
+            r#"{{"a": {}, "b": 1}}"#,
+            "[".repeat(MAX_DEPTH + 5) + &"]".repeat(MAX_DEPTH + 5)
+        );
+        let p = parse_collecting(&doc).unwrap();
+        assert_eq!(p.problems[0].problem, Problem::TooDeep);
+        assert!(p.problems[0].pointer.starts_with("/a/0/0"));
+        assert_eq!(p.value["b"], 1);
+        // A million brackets do not overflow the stack.
+        assert!(matches!(
+            err(&"[".repeat(1_000_000)).problem,
+            Problem::Syntax(_)
+        ));
+        let closed = "[".repeat(1_000_000) + &"]".repeat(1_000_000);
+        assert_eq!(err(&closed).problem, Problem::TooDeep);
     }
 
     #[test]

@@ -41,7 +41,7 @@ impl From<ServiceError> for ApiError {
 
 fn http_status(code: Code) -> StatusCode {
     match code {
-        Code::BadRequest | Code::InvalidPayload => StatusCode::BAD_REQUEST,
+        Code::BadRequest | Code::InvalidPayload | Code::InvalidArguments => StatusCode::BAD_REQUEST,
         Code::Unauthorized => StatusCode::UNAUTHORIZED,
         Code::InvalidSignature => StatusCode::FORBIDDEN,
         Code::UnknownProposal | Code::UnknownKind => StatusCode::NOT_FOUND,
@@ -82,6 +82,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/proposals/{id}/decisions", post(decide))
         .route("/v1/proposals/{id}/receipt", get(receipt))
         .route("/v1/events", get(events))
+        .fallback(unknown_endpoint)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             crate::http::BODY_READ_TIMEOUT,
@@ -144,6 +145,13 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
     }))
 }
 
+async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
+    ApiError(ServiceError::new(
+        Code::BadRequest,
+        format!("no endpoint {method} {}: see docs/approver-api.md", uri.0.path()),
+    ))
+}
+
 async fn healthz(State(st): State<ApiState>) -> Json<Value> {
     Json(json!({"status": "ok", "server_id": st.svc.store().server_id()}))
 }
@@ -197,10 +205,23 @@ async fn show(
 }
 
 async fn decide(
-    State(st): State<ApiState>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+    state: State<ApiState>,
+    id: Path<String>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    match body {
+        Ok(body) => decide_body(state, id, body).await.into_response(),
+        Err(e) => {
+            let body = json!({
+                "code": Code::LimitExceeded,
+                "message": format!("cannot read the decision body ({e}): send at most {MAX_DECISION_BODY} bytes"),
+            });
+            (StatusCode::PAYLOAD_TOO_LARGE, Json(body)).into_response()
+        }
+    }
+}
+
+async fn decide_body(State(st): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let text = std::str::from_utf8(&body).map_err(|_| {
         ApiError(ServiceError::new(
             Code::BadRequest,

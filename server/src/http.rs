@@ -245,7 +245,7 @@ fn check_request(text: &str, modern: bool) -> Option<Response> {
     if let Some(p) = parsed
         .problems
         .iter()
-        .find(|p| matches!(p.problem, Problem::DuplicateKey(_) | Problem::LoneSurrogate))
+        .find(|p| matches!(p.problem, Problem::DuplicateKey(_) | Problem::LoneSurrogate | Problem::TooDeep))
     {
         return Some(rpc_error(
             StatusCode::BAD_REQUEST,
