@@ -5,6 +5,11 @@
 //! two approvers, and one name must never mean two keys. Weak (small-order) and
 //! non-canonically encoded keys are refused, since `verify_strict` would reject
 //! every signature from them anyway and their presence means a mistake or an attack.
+//! Mixed-order keys (a real key plus a small-order point) are refused too: no
+//! honest key generator makes one, and `verify_strict` (cofactorless) accepts
+//! signatures under `A + T` from the holder of `A`'s secret whenever the
+//! challenge hash happens to kill `T` (one try in two to one in eight), so one
+//! secret could stand behind several byte-distinct keyring lines.
 //!
 //! The secret key file that `signer-cli` keeps on an approver's laptop is also
 //! defined here, so that its format is documented and tested in one place.
@@ -32,8 +37,9 @@ pub enum KeyError {
     /// Not a point on the curve, or a non-canonical encoding of one.
     #[error("public key is not a canonical Ed25519 point")]
     NotCanonical,
-    /// A small-order point: signatures under it prove nothing.
-    #[error("public key is weak (small order): generate a new key with `signer-cli keygen`")]
+    /// A small-order point (signatures under it prove nothing), or a point with a
+    /// small-order component (it can alias another key).
+    #[error("public key is weak (small order or mixed order): generate a new key with `signer-cli keygen`")]
     Weak,
 }
 
@@ -48,10 +54,11 @@ impl PublicKey {
         Self::from_bytes(&arr)
     }
 
-    /// Checks raw key bytes.
+    /// Checks raw key bytes: a canonical encoding of a point in the prime-order
+    /// subgroup, other than the identity.
     pub fn from_bytes(arr: &[u8; 32]) -> Result<Self, KeyError> {
         let vk = VerifyingKey::from_bytes(arr).map_err(|_| KeyError::NotCanonical)?;
-        if vk.is_weak() {
+        if vk.is_weak() || !vk.to_edwards().is_torsion_free() {
             return Err(KeyError::Weak);
         }
         if vk.to_edwards().compress().to_bytes() != *arr {
@@ -155,6 +162,18 @@ pub enum KeyringError {
         /// The approver it already belongs to.
         other: String,
     },
+}
+
+impl KeyringError {
+    /// The 1-based line to fix.
+    pub fn line(&self) -> usize {
+        match self {
+            KeyringError::Malformed { line, .. }
+            | KeyringError::Key { line, .. }
+            | KeyringError::DuplicateName { line, .. }
+            | KeyringError::DuplicateKey { line, .. } => *line,
+        }
+    }
 }
 
 impl Keyring {

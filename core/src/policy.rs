@@ -220,6 +220,47 @@ fn line_of_key(src: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+/// The 1-based line of `key = ...` inside the table `[table]` (or `[[table]]`).
+///
+/// [`line_of_key`] finds the first `key =` anywhere, which for a key that is not
+/// top-level (`type`, `timeout`) may be the same key inside another table, such as
+/// `type = "object"` in `[payload_schema]`.
+fn line_in_table(src: &str, table: &str, key: &str) -> Option<usize> {
+    let mut current = String::new();
+    for (i, l) in src.lines().enumerate() {
+        let t = l.trim();
+        if t.starts_with('[') {
+            current = t
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            continue;
+        }
+        if current == table
+            && t.strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// The 1-based line of the `[table]` header.
+fn line_of_table(src: &str, table: &str) -> Option<usize> {
+    src.lines()
+        .position(|l| {
+            l.trim()
+                .strip_prefix('[')
+                .and_then(|r| r.strip_suffix(']'))
+                .is_some_and(|name| name.trim() == table)
+        })
+        .map(|i| i + 1)
+}
+
 /// The 1-based line of the `n`th `[[require]]` header.
 fn line_of_require(src: &str, n: usize) -> Option<usize> {
     src.lines()
@@ -365,16 +406,24 @@ impl Policy {
                 ));
             }
         }
-        check_executor(&spec.executor)
-            .map_err(|m| err(at("type").or(at("program")).or(at("url")), m))?;
+        check_executor(&spec.executor).map_err(|(table, key, m)| {
+            let line = src.and_then(|s| {
+                line_in_table(s, table, &key)
+                    .or_else(|| line_in_table(s, table, &format!("{key:?}")))
+                    .or_else(|| line_of_table(s, table))
+                    .or_else(|| line_in_table(s, "executor", table.trim_start_matches("executor.")))
+                    .or_else(|| line_of_table(s, "executor"))
+                    .or_else(|| line_of_key(s, "executor"))
+            });
+            err(line, m)
+        })?;
         let schema = match &spec.payload_schema {
             None => None,
             Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {
                 err(
                     src.and_then(|s| {
-                        s.lines()
-                            .position(|l| l.trim() == "[payload_schema]")
-                            .map(|i| i + 1)
+                        line_of_table(s, "payload_schema")
+                            .or_else(|| line_of_key(s, "payload_schema"))
                     }),
                     format!("payload_schema does not compile: {e}"),
                 )
@@ -463,14 +512,18 @@ impl Policy {
     }
 }
 
-fn check_executor(e: &ExecutorConfig) -> Result<(), String> {
+/// Checks an executor table. A refusal names the table and the key at fault (for
+/// the line number) and says what to do.
+fn check_executor(e: &ExecutorConfig) -> Result<(), (&'static str, String, String)> {
+    const T: &str = "executor";
+    let at = |key: &str, m: String| (T, key.to_owned(), m);
     match e {
         ExecutorConfig::Note { dir } => {
             if dir
                 .as_deref()
                 .is_some_and(|d| d.is_empty() || d.contains('\0'))
             {
-                return Err("executor.dir must be a non-empty path".into());
+                return Err(at("dir", "executor.dir must be a non-empty path".into()));
             }
         }
         ExecutorConfig::Webhook {
@@ -486,30 +539,33 @@ fn check_executor(e: &ExecutorConfig) -> Result<(), String> {
                     && !r.starts_with('/')
                     && !url.chars().any(|c| c.is_whitespace() || c.is_control())
             }) {
-                return Err(format!(
-                    "executor.url {url:?} must be an http:// or https:// URL"
+                return Err(at(
+                    "url",
+                    format!("executor.url {url:?} must be an http:// or https:// URL"),
                 ));
             }
             if *timeout > MAX_EXECUTOR_TIMEOUT {
-                return Err(format!(
-                    "executor.timeout {timeout} is over the limit of 1h"
+                return Err(at(
+                    "timeout",
+                    format!("executor.timeout {timeout} is over the limit of 1h"),
                 ));
             }
             for (k, v) in headers {
+                let header = |m: String| ("executor.headers", k.clone(), m);
                 let name_ok = !k.is_empty()
                     && k.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
                 if !name_ok || v.chars().any(|c| c.is_control()) {
-                    return Err(format!(
+                    return Err(header(format!(
                         "executor.headers entry {k:?} is not a valid HTTP header"
-                    ));
+                    )));
                 }
                 if k.eq_ignore_ascii_case("idempotency-key")
                     || k.eq_ignore_ascii_case("content-type")
                 {
-                    return Err(format!(
+                    return Err(header(format!(
                         "executor.headers may not set {k:?}: the server sets it"
-                    ));
+                    )));
                 }
             }
         }
@@ -519,14 +575,15 @@ fn check_executor(e: &ExecutorConfig) -> Result<(), String> {
             timeout,
         } => {
             if !program.starts_with('/') || program.contains('\0') {
-                return Err(format!("executor.program {program:?} must be an absolute path (no shell, no PATH lookup)"));
+                return Err(at("program", format!("executor.program {program:?} must be an absolute path (no shell, no PATH lookup)")));
             }
             if args.iter().any(|a| a.contains('\0')) {
-                return Err("executor.args may not contain NUL".into());
+                return Err(at("args", "executor.args may not contain NUL".into()));
             }
             if *timeout > MAX_EXECUTOR_TIMEOUT {
-                return Err(format!(
-                    "executor.timeout {timeout} is over the limit of 1h"
+                return Err(at(
+                    "timeout",
+                    format!("executor.timeout {timeout} is over the limit of 1h"),
                 ));
             }
         }

@@ -111,6 +111,11 @@ impl Seconds {
     /// neither is a sensible approval window.
     pub fn parse(s: &str) -> Result<Self, TimeError> {
         let err = || TimeError::Duration(s.chars().take(40).collect());
+        // Only ASCII can be valid, and checking first keeps the split below on a
+        // character boundary (a non-ASCII last character used to panic here).
+        if !s.is_ascii() {
+            return Err(err());
+        }
         let (num, unit) = s.split_at(s.len().saturating_sub(1));
         if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) || num.len() > 12 {
             return Err(err());
