@@ -70,8 +70,18 @@ impl Timestamp {
 
     /// The RFC 3339 UTC form with whole seconds and `Z`.
     pub fn to_rfc3339(self) -> String {
+        use chrono::{Datelike, Timelike};
+        // Fields rather than a strftime pattern: this runs on every status answer.
         match chrono::DateTime::from_timestamp(self.0, 0) {
-            Some(dt) => dt.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            Some(dt) => format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+                dt.year(),
+                dt.month(),
+                dt.day(),
+                dt.hour(),
+                dt.minute(),
+                dt.second()
+            ),
             None => "1970-01-01T00:00:00Z".to_owned(),
         }
     }

@@ -134,7 +134,7 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
         "status": life.status,
         "preview": rec.preview.to_value(),
         "preview_sha256": rec.preview_sha256,
-        "policy": rec.policy,
+        "policy": policy.canonical_json(),
         "quorum": {
             "have": have, "need": need, "missing_groups": missing,
             "approvers": tally.approvals, "rejections": tally.rejections,
@@ -148,7 +148,10 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
 async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
     ApiError(ServiceError::new(
         Code::BadRequest,
-        format!("no endpoint {method} {}: see docs/approver-api.md", uri.0.path()),
+        format!(
+            "no endpoint {method} {}: see docs/approver-api.md",
+            uri.0.path()
+        ),
     ))
 }
 
@@ -221,7 +224,11 @@ async fn decide(
     }
 }
 
-async fn decide_body(State(st): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn decide_body(
+    State(st): State<ApiState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
     let text = std::str::from_utf8(&body).map_err(|_| {
         ApiError(ServiceError::new(
             Code::BadRequest,

@@ -242,11 +242,12 @@ fn check_request(text: &str, modern: bool) -> Option<Response> {
             );
         }
     }
-    if let Some(p) = parsed
-        .problems
-        .iter()
-        .find(|p| matches!(p.problem, Problem::DuplicateKey(_) | Problem::LoneSurrogate | Problem::TooDeep))
-    {
+    if let Some(p) = parsed.problems.iter().find(|p| {
+        matches!(
+            p.problem,
+            Problem::DuplicateKey(_) | Problem::LoneSurrogate | Problem::TooDeep
+        )
+    }) {
         return Some(rpc_error(
             StatusCode::BAD_REQUEST,
             -32600,

@@ -131,12 +131,16 @@ enum AgentAction {
     },
 }
 
+/// Logs go to stderr (stdout carries the endpoint lines, or the protocol in stdio mode).
+/// rmcp logs every stateless request at info; that is noise here, and costly under load.
 fn logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},rmcp=warn")));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

@@ -1,16 +1,16 @@
 //! What the store keeps for each proposal.
 //!
-//! A record is the preview (the signed truth), the canonical policy it was made
-//! under (so receipts can be built after the policy changed), its lifecycle, the
-//! decisions received and the execution result. Records carry a schema version so
+//! A record is the preview (the signed truth), its lifecycle, the decisions received
+//! and the execution result. The canonical policy it was made under is stored once per
+//! policy hash beside the records (see `Store::put_policy`), not copied into each one:
+//! a million proposals of one kind share one policy. Records carry a schema version so
 //! a future format can be read next to this one, and a revision that every update
 //! bumps: the store's compare-and-swap is on the revision.
 
 use approval_core::message::SignedDecision;
 use approval_core::status::{Lifecycle, Outcome, Status};
-use approval_core::{ApproverName, Preview, ProposalId, Sha256Hex, Timestamp};
+use approval_core::{Preview, ProposalId, Sha256Hex, Timestamp};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// The record format written by this build.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -26,8 +26,6 @@ pub struct ProposalRecord {
     pub preview: Preview,
     /// Its hash (kept so reads need not re-hash).
     pub preview_sha256: Sha256Hex,
-    /// The canonical policy it was made under.
-    pub policy: Value,
     /// Status and deadlines.
     pub lifecycle: Lifecycle,
     /// Every decision accepted, in arrival order.
@@ -75,14 +73,6 @@ impl ProposalRecord {
     /// The signed decisions, without arrival times.
     pub fn signed_decisions(&self) -> Vec<SignedDecision> {
         self.decisions.iter().map(|d| d.signed.clone()).collect()
-    }
-
-    /// Whether the record's policy names `approver` (who may see and sign it).
-    pub fn names_approver(&self, approver: &ApproverName) -> bool {
-        self.policy
-            .get("approvers")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(approver.as_str())))
     }
 
     /// The next revision of this record with a new lifecycle.

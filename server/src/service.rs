@@ -119,6 +119,8 @@ pub struct Service {
     exec: ExecContext,
     limits: PendingLimits,
     verified: crate::verify_cache::VerifyCache,
+    /// Policies no longer in force that records still refer to, parsed once.
+    old_policies: std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>,
 }
 
 fn transition_refusal(
@@ -163,6 +165,7 @@ impl Service {
             exec,
             limits: PendingLimits::default(),
             verified: Default::default(),
+            old_policies: Default::default(),
         })
     }
 
@@ -214,18 +217,46 @@ impl Service {
     }
 
     /// The policy a record was made under: the one in force when it still matches
-    /// (no re-parsing on the hot path), else the record's own copy.
+    /// (no re-parsing on the hot path), else the store's copy, parsed once and kept.
     pub fn policy_of(&self, rec: &ProposalRecord) -> Result<Arc<Policy>, ServiceError> {
+        let hash = rec.preview.policy_sha256;
         if let Some(p) = self.config().policies.get(&rec.preview.kind) {
-            if p.sha256() == rec.preview.policy_sha256 {
+            if p.sha256() == hash {
                 return Ok(p.clone());
             }
         }
-        Policy::from_canonical_json(&rec.policy)
+        if let Some(p) = self
+            .old_policies
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&hash).cloned())
+        {
+            return Ok(p);
+        }
+        let json = self.store.get_policy(&hash)?.ok_or_else(|| {
+            ServiceError::new(
+                Code::Internal,
+                format!(
+                    "policy {hash} of proposal {} is missing from the store",
+                    rec.id()
+                ),
+            )
+        })?;
+        let policy = Policy::from_canonical_json(&json)
             .map(Arc::new)
             .map_err(|e| {
                 ServiceError::new(Code::Internal, format!("stored policy unreadable: {e}"))
-            })
+            })?;
+        if policy.sha256() != hash {
+            return Err(ServiceError::new(
+                Code::Internal,
+                format!("stored policy {hash} does not hash to its key"),
+            ));
+        }
+        if let Ok(mut m) = self.old_policies.lock() {
+            m.insert(hash, policy.clone());
+        }
+        Ok(policy)
     }
 
     /// Counts the record's decisions under its policy and the keyring in force.
@@ -373,7 +404,6 @@ impl Service {
             preview_sha256: preview.sha256(),
             lifecycle: Lifecycle::new(preview.expires_at),
             preview,
-            policy: policy.canonical_json().clone(),
             decisions: vec![],
             result: None,
             updated_at: now,
@@ -384,6 +414,8 @@ impl Service {
             now,
             json!({"agent": agent, "kind": rec.preview.kind, "preview_sha256": rec.preview_sha256}),
         );
+        self.store
+            .put_policy(&policy.sha256(), policy.canonical_json())?;
         self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;
         let _ = self.events.send(Event {
@@ -586,7 +618,7 @@ impl Service {
 
     /// Whether an approver may see (and sign) a record.
     fn visible(&self, approver: &ApproverName, rec: &ProposalRecord) -> bool {
-        rec.names_approver(approver)
+        self.policy_of(rec).is_ok_and(|p| p.is_approver(approver))
     }
 
     /// A proposal for an approver.

@@ -99,6 +99,12 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<AuditEvent>,
         limits: PendingLimits,
     ) -> Result<(), StoreError>;
+    /// Keeps a canonical policy under its hash (idempotent). Written before any record
+    /// that names it, so a record never refers to a policy the store lacks.
+    fn put_policy(&self, hash: &Sha256Hex, canonical: &serde_json::Value)
+        -> Result<(), StoreError>;
+    /// A canonical policy by its hash.
+    fn get_policy(&self, hash: &Sha256Hex) -> Result<Option<serde_json::Value>, StoreError>;
     /// PENDING records of one agent, or of all (kept as counters: O(1)).
     fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError>;
     /// Replaces the record if its stored revision is `new.revision - 1`, with its audit events.
@@ -128,6 +134,7 @@ pub struct SledStore {
     by_agent: sled::Tree,
     audit: sled::Tree,
     counters: sled::Tree,
+    policies: sled::Tree,
     server_id: ServerId,
 }
 
@@ -260,6 +267,7 @@ impl SledStore {
             by_agent: db.open_tree("by_agent")?,
             audit: db.open_tree("audit")?,
             counters: db.open_tree("counters")?,
+            policies: db.open_tree("policies")?,
             meta,
             db,
             server_id,
@@ -418,6 +426,29 @@ impl Store for SledStore {
         )
     }
 
+    fn put_policy(
+        &self,
+        hash: &Sha256Hex,
+        canonical: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        if self.policies.get(hash.as_bytes())?.is_none() {
+            self.policies.insert(hash.as_bytes(), encode(canonical)?)?;
+        }
+        Ok(())
+    }
+
+    fn get_policy(&self, hash: &Sha256Hex) -> Result<Option<serde_json::Value>, StoreError> {
+        match self.policies.get(hash.as_bytes())? {
+            Some(v) => serde_json::from_slice(&v)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt {
+                    key: format!("policies/{hash}"),
+                    why: e.to_string(),
+                }),
+            None => Ok(None),
+        }
+    }
+
     fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError> {
         let key = match agent {
             Some(a) => pending_key(a),
@@ -565,7 +596,6 @@ pub(crate) mod contract {
             preview_sha256: preview.sha256(),
             lifecycle: Lifecycle::new(preview.expires_at),
             preview,
-            policy: serde_json::json!({}),
             decisions: vec![],
             result: None,
             updated_at: Timestamp::from_unix(created),
@@ -673,6 +703,19 @@ pub(crate) mod contract {
             store.update(&ghost, vec![]).unwrap(),
             Cas::Missing
         ));
+        // Policies are kept once per hash; storing one twice changes nothing.
+        let ph = Sha256Hex::digest(b"policy");
+        assert_eq!(store.get_policy(&ph).unwrap(), None);
+        store
+            .put_policy(&ph, &serde_json::json!({"kind": "note.write"}))
+            .unwrap();
+        store
+            .put_policy(&ph, &serde_json::json!({"kind": "other"}))
+            .unwrap();
+        assert_eq!(
+            store.get_policy(&ph).unwrap(),
+            Some(serde_json::json!({"kind": "note.write"}))
+        );
         // The audit chain has every event, in order, and verifies.
         let (entries, head) = store.audit().unwrap();
         assert_eq!(entries.len(), 3);

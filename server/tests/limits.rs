@@ -349,6 +349,22 @@ async fn nesting_deeper_than_128_in_a_payload_is_invalid_payload() {
         "{v}"
     );
     assert_eq!(s.snapshot(), before);
+    // The limit is the payload's own nesting: 128 levels inside the payload (the
+    // payload object and 127 arrays) are accepted, although the request around it
+    // adds three more.
+    let inner = approval_core::json::MAX_DEPTH - 1;
+    let deep = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
+    let payload = format!(r#"{{"text":"x","deep":{deep}}}"#);
+    let value = approval_core::json::parse_exact(&payload).unwrap();
+    assert!(approval_core::json::check_value(&value).is_ok());
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{{"name":"approval_prepare","arguments":{{"kind":"note.write","payload":{payload}}}}}}}"#
+    );
+    let v: Value = s.rpc_raw(body, None).await.json().await.unwrap();
+    assert_eq!(
+        v["result"]["isError"], false,
+        "a payload nested exactly 128 deep: {v}"
+    );
 }
 
 #[tokio::test]
