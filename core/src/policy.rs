@@ -172,6 +172,36 @@ impl fmt::Display for PolicyError {
     }
 }
 
+/// The deepest nesting of arrays and objects a payload may have (the payload itself
+/// counts as one). Responses wrap the payload in a few more levels, and common JSON
+/// readers (serde_json, for one) stop at 128, so a payload must stay well below that for
+/// agents and approvers to be able to read it back.
+pub const MAX_PAYLOAD_NESTING: usize = 64;
+
+/// The first array or object nested deeper than `limit`, as a JSON pointer.
+fn too_deep(v: &Value, limit: usize) -> Option<String> {
+    // Iterative, so a hostile value cannot exhaust the stack here either.
+    let mut stack: Vec<(&Value, usize, String)> = vec![(v, 1, String::new())];
+    while let Some((v, depth, ptr)) = stack.pop() {
+        let children: Vec<(String, &Value)> = match v {
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (i.to_string(), x))
+                .collect(),
+            Value::Object(m) => m.iter().map(|(k, x)| (k.clone(), x)).collect(),
+            _ => continue,
+        };
+        if depth > limit {
+            return Some(ptr);
+        }
+        for (k, child) in children.into_iter().rev() {
+            stack.push((child, depth + 1, json::pointer_push(&ptr, &k)));
+        }
+    }
+    None
+}
+
 /// A payload the policy refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PayloadRefusal {
@@ -187,6 +217,14 @@ pub enum PayloadRefusal {
         size: usize,
         /// The policy's limit.
         limit: u64,
+    },
+    /// Nested deeper than [`MAX_PAYLOAD_NESTING`] arrays and objects.
+    #[error("payload nests more than {limit} arrays/objects deep at {pointer}: flatten it")]
+    TooDeep {
+        /// JSON pointer of the first value past the limit.
+        pointer: String,
+        /// The limit.
+        limit: usize,
     },
     /// Breaks the policy's `payload_schema`.
     #[error("payload does not match this kind's schema at {pointer}: {message}")]
@@ -204,7 +242,9 @@ impl PayloadRefusal {
         match self {
             PayloadRefusal::Inexact(e) => &e.pointer,
             PayloadRefusal::TooLarge { .. } => "",
-            PayloadRefusal::Schema { pointer, .. } => pointer,
+            PayloadRefusal::TooDeep { pointer, .. } | PayloadRefusal::Schema { pointer, .. } => {
+                pointer
+            }
         }
     }
 }
@@ -493,6 +533,12 @@ impl Policy {
     /// Checks a payload: exact JSON, size of its canonical form, schema.
     pub fn check_payload(&self, payload: &Value) -> Result<(), PayloadRefusal> {
         json::check_value(payload)?;
+        if let Some(pointer) = too_deep(payload, MAX_PAYLOAD_NESTING) {
+            return Err(PayloadRefusal::TooDeep {
+                pointer,
+                limit: MAX_PAYLOAD_NESTING,
+            });
+        }
         let size = json::canonical_bytes(payload).len();
         if size as u64 > self.spec.max_payload_bytes {
             return Err(PayloadRefusal::TooLarge {
@@ -818,5 +864,33 @@ type = "note"
             .check_payload(&json!({"to": 9007199254740993u64, "subject": "b"}))
             .unwrap_err();
         assert_eq!(e.pointer(), "/to");
+    }
+
+    #[test]
+    fn payload_nesting_is_limited_so_answers_stay_readable() {
+        let p = parse(GOOD).unwrap();
+        let nest = |n: usize| -> Value {
+            let mut v = json!(1);
+            for _ in 0..n {
+                v = json!([v]);
+            }
+            json!({"to": "a", "subject": "b", "deep": v})
+        };
+        assert!(p.check_payload(&nest(MAX_PAYLOAD_NESTING - 1)).is_ok());
+        let e = p.check_payload(&nest(MAX_PAYLOAD_NESTING)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PayloadRefusal::TooDeep {
+                    limit: MAX_PAYLOAD_NESTING,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.pointer(),
+            format!("/deep{}", "/0".repeat(MAX_PAYLOAD_NESTING - 1))
+        );
     }
 }

@@ -13,7 +13,7 @@ use approval_core::status::Status;
 use approval_core::{ApproverName, Code};
 use axum::body::Bytes;
 use axum::extract::{OriginalUri, Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -90,26 +90,40 @@ pub fn router(svc: Arc<Service>) -> Router {
         .with_state(state)
 }
 
-/// Checks a signed read.
-fn reader(
-    svc: &Service,
-    headers: &HeaderMap,
-    method: &Method,
-    uri: &OriginalUri,
-) -> Result<ApproverName, ApiError> {
-    let header = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let path = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    verify_read(
-        &svc.config().keyring,
-        header,
-        method.as_str(),
-        path,
-        svc.now(),
-    )
-    .map_err(|e| ApiError(ServiceError::new(Code::Unauthorized, e.to_string())))
+/// The approver a signed read comes from: extracting it verifies the
+/// `Authorization: Approval ...` header over the method and the exact path and query,
+/// against the keyring in force and the server's clock.
+pub struct Reader(pub ApproverName);
+
+impl axum::extract::FromRequestParts<ApiState> for Reader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &ApiState,
+    ) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        // The path as the client sent it, even when this router is nested.
+        let uri = parts
+            .extensions
+            .get::<OriginalUri>()
+            .map(|u| &u.0)
+            .unwrap_or(&parts.uri);
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        verify_read(
+            &st.svc.config().keyring,
+            header,
+            parts.method.as_str(),
+            path,
+            st.svc.now(),
+        )
+        .map(Reader)
+        .map_err(|e| ApiError(ServiceError::new(Code::Unauthorized, e.to_string())))
+    }
 }
 
 /// The JSON view of a proposal (docs/approver-api.md, `ProposalView`).
@@ -167,12 +181,9 @@ struct ListQuery {
 
 async fn list(
     State(st): State<ApiState>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
+    Reader(who): Reader,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = reader(&st.svc, &headers, &method, &uri)?;
     let status = match q.status.as_deref() {
         None | Some("") | Some("all") => None,
         Some(s) => Some(Status::parse(s).ok_or_else(|| {
@@ -197,12 +208,9 @@ async fn list(
 
 async fn show(
     State(st): State<ApiState>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
+    Reader(who): Reader,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = reader(&st.svc, &headers, &method, &uri)?;
     let rec = st.svc.get_for_approver(&who, &id)?;
     Ok(Json(view(&st.svc, &rec)?))
 }
@@ -253,12 +261,9 @@ async fn decide_body(
 
 async fn receipt(
     State(st): State<ApiState>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
+    Reader(who): Reader,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = reader(&st.svc, &headers, &method, &uri)?;
     let r = st.svc.receipt(&who, &id)?;
     Ok(Json(serde_json::to_value(r).unwrap_or(Value::Null)))
 }
@@ -279,13 +284,7 @@ impl Drop for WatchSlot {
     }
 }
 
-async fn events(
-    State(st): State<ApiState>,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let who = reader(&st.svc, &headers, &method, &uri)?;
+async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Response, ApiError> {
     {
         let mut w = st
             .watchers

@@ -200,6 +200,28 @@ async fn exact_json(req: Request, next: Next) -> Response {
         .await
 }
 
+/// The deepest nesting of arrays and objects serde_json (inside rmcp) accepts.
+pub const MAX_REQUEST_NESTING: usize = 127;
+
+/// Finds the deepest array or object: `(levels, pointer)`. Bounded by the parser's
+/// own depth limit, so the recursion is too.
+fn nesting(v: &Value, ptr: &mut String, depth: usize, deepest: &mut (usize, String)) {
+    let children: Box<dyn Iterator<Item = (String, &Value)>> = match v {
+        Value::Array(a) => Box::new(a.iter().enumerate().map(|(i, x)| (i.to_string(), x))),
+        Value::Object(m) => Box::new(m.iter().map(|(k, x)| (k.clone(), x))),
+        _ => return,
+    };
+    if depth > deepest.0 {
+        *deepest = (depth, ptr.clone());
+    }
+    for (key, child) in children {
+        let len = ptr.len();
+        *ptr = json::pointer_push(ptr, &key);
+        nesting(child, ptr, depth + 1, deepest);
+        ptr.truncate(len);
+    }
+}
+
 /// Returns a response when the request must not reach rmcp as it is.
 fn check_request(text: &str, modern: bool) -> Option<Response> {
     let parsed = match json::parse_collecting(text) {
@@ -212,6 +234,23 @@ fn check_request(text: &str, modern: bool) -> Option<Response> {
             ))
         }
     };
+    let mut parsed = parsed;
+    // serde_json inside rmcp refuses a request nested more than 127 arrays/objects
+    // deep; find such nesting here, so that a deep payload gets INVALID_PAYLOAD with
+    // its pointer rather than an opaque transport error.
+    let mut deepest = (0usize, String::new());
+    nesting(&parsed.value, &mut String::new(), 1, &mut deepest);
+    if deepest.0 > MAX_REQUEST_NESTING
+        && !parsed
+            .problems
+            .iter()
+            .any(|p| p.problem == Problem::TooDeep)
+    {
+        parsed.problems.push(json::PayloadError {
+            pointer: deepest.1,
+            problem: Problem::TooDeep,
+        });
+    }
     if parsed.problems.is_empty() {
         return None;
     }

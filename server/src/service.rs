@@ -147,13 +147,26 @@ fn transition_refusal(
 }
 
 impl Service {
-    /// Builds the service over a store and a loaded configuration.
+    /// Builds the service over a store and a loaded configuration, with the default
+    /// pending-proposal limits.
     pub fn new(
         store: Arc<dyn Store>,
         config: Config,
         source: Option<ConfigSource>,
         clock: Arc<dyn Clock>,
         exec: ExecContext,
+    ) -> Arc<Self> {
+        Self::with_limits(store, config, source, clock, exec, PendingLimits::default())
+    }
+
+    /// Builds the service with other pending-proposal limits.
+    pub fn with_limits(
+        store: Arc<dyn Store>,
+        config: Config,
+        source: Option<ConfigSource>,
+        clock: Arc<dyn Clock>,
+        exec: ExecContext,
+        limits: PendingLimits,
     ) -> Arc<Self> {
         Arc::new(Self {
             commit: GroupCommit::new(store.clone()),
@@ -163,29 +176,10 @@ impl Service {
             clock,
             events: broadcast::channel(4096).0,
             exec,
-            limits: PendingLimits::default(),
+            limits,
             verified: Default::default(),
             old_policies: Default::default(),
         })
-    }
-
-    /// The same service with other pending-proposal limits.
-    pub fn with_limits(
-        store: Arc<dyn Store>,
-        config: Config,
-        source: Option<ConfigSource>,
-        clock: Arc<dyn Clock>,
-        exec: ExecContext,
-        limits: PendingLimits,
-    ) -> Arc<Self> {
-        let svc = Self::new(store, config, source, clock, exec);
-        match Arc::try_unwrap(svc) {
-            Ok(mut s) => {
-                s.limits = limits;
-                Arc::new(s)
-            }
-            Err(svc) => svc,
-        }
     }
 
     /// The configuration in force.
@@ -362,11 +356,11 @@ impl Service {
             })?;
         policy.check_payload(&payload).map_err(|e| {
             let hint = match &e {
-                PayloadRefusal::Inexact(_) | PayloadRefusal::TooLarge { .. } => String::new(),
                 PayloadRefusal::Schema { .. } => format!(
                     "; the schema is: {}",
                     policy.spec().payload_schema.clone().unwrap_or(Value::Null)
                 ),
+                _ => String::new(),
             };
             ServiceError::new(Code::InvalidPayload, format!("{e}{hint}"))
         })?;

@@ -334,8 +334,11 @@ async fn an_mcp_body_over_5_mib_is_413_and_changes_nothing() {
 async fn nesting_deeper_than_128_in_a_payload_is_invalid_payload() {
     let s = start_default().await;
     let before = s.snapshot();
-    let depth = approval_core::json::MAX_DEPTH + 1;
+    // 129 levels inside the payload: its object and 128 arrays.
+    let depth = approval_core::json::MAX_DEPTH;
     let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    let payload = approval_core::json::parse_exact(&format!(r#"{{"text":"x","deep":{deep}}}"#));
+    assert!(payload.is_err(), "129 levels are over the limit");
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"approval_prepare","arguments":{{"kind":"note.write","payload":{{"text":"x","deep":{deep}}}}}}}}}"#
     );
@@ -349,22 +352,37 @@ async fn nesting_deeper_than_128_in_a_payload_is_invalid_payload() {
         "{v}"
     );
     assert_eq!(s.snapshot(), before);
-    // The limit is the payload's own nesting: 128 levels inside the payload (the
-    // payload object and 127 arrays) are accepted, although the request around it
-    // adds three more.
-    let inner = approval_core::json::MAX_DEPTH - 1;
-    let deep = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
-    let payload = format!(r#"{{"text":"x","deep":{deep}}}"#);
-    let value = approval_core::json::parse_exact(&payload).unwrap();
-    assert!(approval_core::json::check_value(&value).is_ok());
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{{"name":"approval_prepare","arguments":{{"kind":"note.write","payload":{payload}}}}}}}"#
-    );
-    let v: Value = s.rpc_raw(body, None).await.json().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_payload_nested_64_deep_is_accepted_and_65_is_refused() {
+    let s = start_default().await;
+    // A payload may nest 64 arrays/objects (itself included): its answers wrap it in a
+    // few more levels, and JSON readers such as serde_json stop at 128.
+    let limit = approval_core::policy::MAX_PAYLOAD_NESTING;
+    let request = |inner: usize| {
+        let deep = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
+        format!(
+            r#"{{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{{"name":"approval_prepare","arguments":{{"kind":"note.write","payload":{{"text":"x","deep":{deep}}}}}}}}}"#
+        )
+    };
+    let v: Value = s
+        .rpc_raw(request(limit - 1), None)
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(
         v["result"]["isError"], false,
-        "a payload nested exactly 128 deep: {v}"
+        "a payload nested {limit} deep: {v}"
     );
+    let before = s.snapshot();
+    let v: Value = s.rpc_raw(request(limit), None).await.json().await.unwrap();
+    assert_eq!(
+        v["result"]["structuredContent"]["code"], "INVALID_PAYLOAD",
+        "one level more: {v}"
+    );
+    assert_eq!(s.snapshot(), before);
 }
 
 #[tokio::test]
