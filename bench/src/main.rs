@@ -1,0 +1,196 @@
+//! `approval-bench`: a load generator for `approval-server`.
+//!
+//! It writes its own policy (`bench.note`, 2 of 3 approvers, note executor) and
+//! keyring into a temporary folder, starts the real server binary on a loopback
+//! port (a fresh store per scenario), drives it with concurrent clients over one
+//! HTTP connection pool, and reports per operation: throughput, latency
+//! p50/p90/p99/max, the server's peak RSS (`VmHWM`) and the store's size on disk.
+//! Only loopback traffic; every loop is bounded in count and time.
+//!
+//! ```text
+//! approval-bench --scenario all --clients 32 --duration 10s
+//! approval-bench --scenario all --smoke          # ~3 s per scenario, small counts (CI)
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod client;
+mod report;
+mod scenarios;
+mod server;
+
+use anyhow::Result;
+use clap::{Parser, ValueEnum};
+use report::{markdown, parse_duration, ScenarioReport};
+use scenarios::Settings;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// `approval_status` on pending proposals.
+    Status,
+    /// Durable `approval_prepare`.
+    Prepare,
+    /// Signed approvals on the approver API.
+    Decide,
+    /// prepare, two signed approvals, execute.
+    RoundTrip,
+    /// `approval_status` through `approval-server stdio`, sequentially.
+    Stdio,
+    /// A large store: status, pending listing, RSS and restart, empty vs full.
+    Scale,
+    /// Every scenario in turn.
+    All,
+}
+
+/// Load generator for approval-server.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// What to measure.
+    #[arg(long, value_enum, default_value = "all")]
+    scenario: Scenario,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Length of each measured phase (10s, 500ms, 2m).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// The approval-server binary.
+    #[arg(long, default_value = "target/release/approval-server")]
+    server_bin: PathBuf,
+    /// Proposals to put in the store for `scale`.
+    #[arg(long, default_value_t = 1_000_000)]
+    scale_count: u64,
+    /// Longest time `scale` spends filling the store.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    fill_time: Duration,
+    /// Concurrent workers filling the store for `scale`.
+    #[arg(long, default_value_t = 64)]
+    fill_clients: usize,
+    /// Short phases and small counts (~3 s per scenario): a quick check that everything works.
+    #[arg(long)]
+    smoke: bool,
+    /// Also write the Markdown results to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Cli {
+    fn settings(&self) -> Settings {
+        let mut s = Settings {
+            clients: self.clients.clamp(1, 4096),
+            duration: self.duration,
+            server_bin: self.server_bin.clone(),
+            smoke: self.smoke,
+            scale_count: self.scale_count,
+            fill_time: self.fill_time,
+            fill_clients: self.fill_clients.clamp(1, 4096),
+        };
+        if self.smoke {
+            s.clients = s.clients.min(8);
+            s.duration = s.duration.min(Duration::from_secs(3));
+            s.scale_count = s.scale_count.min(2_000);
+            s.fill_time = s.fill_time.min(Duration::from_secs(5));
+            s.fill_clients = s.fill_clients.min(16);
+        }
+        s
+    }
+}
+
+async fn run(cli: &Cli) -> Result<Vec<ScenarioReport>> {
+    let s = cli.settings();
+    let list: Vec<Scenario> = match cli.scenario {
+        Scenario::All => vec![
+            Scenario::Status,
+            Scenario::Prepare,
+            Scenario::Decide,
+            Scenario::RoundTrip,
+            Scenario::Stdio,
+            Scenario::Scale,
+        ],
+        one => vec![one],
+    };
+    let mut out = Vec::new();
+    for sc in list {
+        let t = Instant::now();
+        eprintln!(
+            "== {sc:?}: {} clients, {:?} per phase",
+            s.clients, s.duration
+        );
+        let r = match sc {
+            Scenario::Status => scenarios::status(&s).await?,
+            Scenario::Prepare => scenarios::prepare(&s).await?,
+            Scenario::Decide => scenarios::decide(&s).await?,
+            Scenario::RoundTrip => scenarios::round_trip(&s).await?,
+            Scenario::Stdio => scenarios::stdio(&s).await?,
+            Scenario::Scale => scenarios::scale(&s).await?,
+            Scenario::All => anyhow::bail!("`all` is expanded into the scenarios above"),
+        };
+        for row in &r.rows {
+            eprintln!(
+                "   {:<32} {:>8} ok {:>5} err {:>9.0}/s  p50 {:>9}  p99 {:>9}  max {:>9}",
+                row.op,
+                row.stats.count(),
+                row.stats.errors,
+                row.rate(),
+                report::fmt_dur(row.stats.quantile(0.5)),
+                report::fmt_dur(row.stats.quantile(0.99)),
+                report::fmt_dur(row.stats.max()),
+            );
+        }
+        for f in &r.facts {
+            eprintln!("   {}: {}", f.what, f.value);
+        }
+        eprintln!("   ({:.1} s)", t.elapsed().as_secs_f64());
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("approval-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let t0 = Instant::now();
+    let reports = match rt.block_on(run(&cli)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("approval-bench: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let md = markdown(&reports);
+    println!("{md}");
+    eprintln!("total {:.1} s", t0.elapsed().as_secs_f64());
+    if let Some(path) = &cli.out {
+        if let Err(e) = std::fs::write(path, &md) {
+            eprintln!("approval-bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let failed: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.rows.iter())
+        .filter(|row| row.stats.errors > 0 || row.stats.count() == 0)
+        .map(|row| format!("{} / {}", row.scenario, row.op))
+        .collect();
+    if !failed.is_empty() {
+        eprintln!(
+            "approval-bench: operations with errors or no successful call: {}",
+            failed.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
