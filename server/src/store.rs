@@ -550,9 +550,16 @@ impl GroupCommit {
                 }
                 let target = self.requested.load(Ordering::SeqCst);
                 let store = self.store.clone();
+                let started = std::time::Instant::now();
                 let r = tokio::task::spawn_blocking(move || store.flush_blocking())
                     .await
                     .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?;
+                let covered = target - *self.completed.borrow();
+                tracing::trace!(
+                    micros = started.elapsed().as_micros() as u64,
+                    covered,
+                    "group flush"
+                );
                 self.fsyncs.fetch_add(1, Ordering::Relaxed);
                 drop(guard);
                 r?;
