@@ -167,6 +167,9 @@ fn bump(
 
 const AUDIT_HEAD: &[u8] = b"audit_head";
 
+/// sled's page cache size.
+pub const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
 #[derive(Serialize, Deserialize)]
 struct Head {
     seq: u64,
@@ -230,6 +233,9 @@ impl SledStore {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
+            // sled's default page cache is 1 GiB; a bounded cache keeps the server's
+            // memory bounded however many proposals the store holds.
+            .cache_capacity(CACHE_BYTES)
             .open()?;
         let meta = db.open_tree("meta")?;
         let server_id = match meta.get("server_id")? {
