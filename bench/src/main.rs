@@ -73,6 +73,15 @@ struct Cli {
     /// Short phases and small counts (~3 s per scenario): a quick check that everything works.
     #[arg(long)]
     smoke: bool,
+    /// Extra argument for `approval-server serve` (repeatable). Unless --keep-server-limits,
+    /// the bench adds `--max-pending-per-agent 100000000 --max-pending 100000000`: every
+    /// client is the one loopback agent `local`, and throughput must not stop at the
+    /// server's default admission limit (10,000 pending per agent).
+    #[arg(long, allow_hyphen_values = true)]
+    server_arg: Vec<String>,
+    /// Run the server with its default pending limits.
+    #[arg(long)]
+    keep_server_limits: bool,
     /// Also write the Markdown results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -88,7 +97,19 @@ impl Cli {
             scale_count: self.scale_count,
             fill_time: self.fill_time,
             fill_clients: self.fill_clients.clamp(1, 4096),
+            server_args: self.server_arg.clone(),
         };
+        if !self.keep_server_limits {
+            s.server_args.extend(
+                [
+                    "--max-pending-per-agent",
+                    "100000000",
+                    "--max-pending",
+                    "100000000",
+                ]
+                .map(String::from),
+            );
+        }
         if self.smoke {
             s.clients = s.clients.min(8);
             s.duration = s.duration.min(Duration::from_secs(3));

@@ -36,6 +36,8 @@ pub struct Settings {
     pub fill_time: Duration,
     /// Concurrent workers filling the store.
     pub fill_clients: usize,
+    /// Extra arguments for `approval-server serve`.
+    pub server_args: Vec<String>,
 }
 
 /// Times `fut` into `rec` under `op`; `None` on failure (recorded).
@@ -193,7 +195,7 @@ async fn prefill(http: &Http, n: usize, clients: usize) -> Result<Vec<(String, S
 /// `approval_status` on pending proposals, `clients` at a time.
 pub async fn status(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin)?;
+    let server = world.start(&s.server_bin, &s.server_args)?;
     let http = http_for(&server, s.clients)?;
     let ids: Arc<Vec<String>> = Arc::new(
         prefill(&http, (s.clients * 4).max(16), s.clients)
@@ -255,7 +257,7 @@ async fn status_load(
 /// Durable `approval_prepare`, `clients` at a time.
 pub async fn prepare(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin)?;
+    let server = world.start(&s.server_bin, &s.server_args)?;
     let http = http_for(&server, s.clients)?;
     prefill(&http, 4, 1).await?; // warm-up
     let mut report = ScenarioReport {
@@ -301,7 +303,7 @@ pub async fn prepare(s: &Settings) -> Result<ScenarioReport> {
 /// (stays PENDING) and its second (reaches quorum), signed before the clock starts.
 pub async fn decide(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin)?;
+    let server = world.start(&s.server_bin, &s.server_args)?;
     let http = http_for(&server, s.clients)?;
     let pool = if s.smoke {
         300
@@ -393,7 +395,7 @@ pub async fn decide(s: &Settings) -> Result<ScenarioReport> {
 /// The whole life of a proposal per iteration: prepare, two signed approvals, execute.
 pub async fn round_trip(s: &Settings) -> Result<ScenarioReport> {
     let world = Arc::new(World::new()?);
-    let server = world.start(&s.server_bin)?;
+    let server = world.start(&s.server_bin, &s.server_args)?;
     let http = http_for(&server, s.clients)?;
     prefill(&http, 4, 1).await?; // warm-up
     let mut report = ScenarioReport {
@@ -467,7 +469,7 @@ pub async fn round_trip(s: &Settings) -> Result<ScenarioReport> {
 /// `approval_status` through `approval-server stdio`, one call at a time.
 pub async fn stdio(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin)?;
+    let server = world.start(&s.server_bin, &s.server_args)?;
     let http = http_for(&server, 1)?;
     let (id, _) = http.prepare("stdio bench").await?;
     let mut bridge = StdioClient::start(&s.server_bin, &server.mcp_url).await?;
@@ -530,14 +532,10 @@ async fn listing(http: &Http, world: &World, n: usize) -> Result<(OpStats, usize
 }
 
 /// Kill, restart, and time until `/healthz` answers.
-async fn restart(
-    world: &World,
-    server: Server,
-    bin: &std::path::Path,
-) -> Result<(Server, Duration)> {
+async fn restart(world: &World, server: Server, s: &Settings) -> Result<(Server, Duration)> {
     server.kill()?;
     let t0 = Instant::now();
-    let server = tokio::task::block_in_place(|| world.start(bin))?;
+    let server = tokio::task::block_in_place(|| world.start(&s.server_bin, &s.server_args))?;
     let probe = client::pool(1)?;
     let ready = server::wait_healthy(&probe, &server.api_url, t0, Duration::from_secs(600)).await?;
     Ok((server, ready))
@@ -546,7 +544,7 @@ async fn restart(
 /// A large store: status and listing latency, RSS and restart time, empty vs full.
 pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let mut server = world.start(&s.server_bin)?;
+    let mut server = world.start(&s.server_bin, &s.server_args)?;
     let mut http = http_for(&server, s.clients.max(s.fill_clients))?;
     let few_pending = if s.smoke { 20 } else { 200 };
     let probe_time = if s.smoke {
@@ -654,7 +652,7 @@ pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
     let full_store = disk_usage(&world.data());
 
     // Restart over the full store.
-    let (srv, restart_full) = restart(&world, server, &s.server_bin).await?;
+    let (srv, restart_full) = restart(&world, server, s).await?;
     server = srv;
     http = http_for(&server, s.clients)?;
     let after_restart_rss = server.rss_kib();

@@ -81,8 +81,8 @@ impl World {
     }
 
     /// Starts `approval-server serve` over this world on a free loopback port.
-    pub fn start(&self, bin: &Path) -> Result<Server> {
-        Server::start(bin, self.path(), &self.data())
+    pub fn start(&self, bin: &Path, extra: &[String]) -> Result<Server> {
+        Server::start(bin, self.path(), &self.data(), extra)
     }
 }
 
@@ -96,7 +96,7 @@ pub struct Server {
 }
 
 impl Server {
-    fn start(bin: &Path, world: &Path, data: &Path) -> Result<Self> {
+    fn start(bin: &Path, world: &Path, data: &Path, extra: &[String]) -> Result<Self> {
         if !bin.is_file() {
             bail!(
                 "{} not found: build it with `cargo build --release -p approval-server` or pass --server-bin",
@@ -118,6 +118,7 @@ impl Server {
             .arg(world.join("keyring"))
             .arg("--listen")
             .arg("127.0.0.1:0")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
