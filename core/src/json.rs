@@ -558,12 +558,12 @@ fn decimal_key(text: &str) -> (bool, String, i64) {
     };
     let (ip, fp) = mant.split_once('.').unwrap_or((mant, ""));
     let mut digits: String = format!("{ip}{fp}");
-    let mut exp = exp - fp.len() as i64;
+    let mut exp = exp.saturating_sub(fp.len() as i64);
     let trimmed = digits.trim_start_matches('0').to_owned();
     digits = trimmed;
     while digits.ends_with('0') {
         digits.pop();
-        exp += 1;
+        exp = exp.saturating_add(1);
     }
     if digits.is_empty() {
         return (false, String::new(), 0);
@@ -626,6 +626,12 @@ mod tests {
         );
         assert_eq!(err("3.141592653589793238").problem, Problem::LosesPrecision);
         assert_eq!(err("1e400").problem, Problem::NotFinite);
+        // Exponents at the edge of i64 are refused, never an arithmetic overflow.
+        assert_eq!(
+            err("1.5e-9223372036854775808").problem,
+            Problem::LosesPrecision
+        );
+        assert!(parse_exact("1.5e9223372036854775807").is_err());
         assert_eq!(err("9007199254740993.0").problem, Problem::LosesPrecision);
     }
 

@@ -41,6 +41,13 @@ pub struct ServeOptions {
 pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
     std::fs::create_dir_all(&opts.data)
         .with_context(|| format!("cannot create {}", opts.data.display()))?;
+    // The store holds every payload; other local users have no business reading it.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&opts.data, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot restrict {} to its owner", opts.data.display()))?;
+    }
     let config = opts.source.load().context("configuration refused")?;
     let store: Arc<dyn Store> =
         Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {

@@ -715,6 +715,9 @@ impl Service {
             .find(|x| x.signed.approver == d.approver && x.signed.decision == d.decision)
         {
             if prev.signed == d {
+                // The first copy may still be waiting for its fsync: acknowledge this
+                // one only once that write is durable too.
+                self.commit.flush().await?;
                 return Ok(Decided {
                     record: rec,
                     already_recorded: true,
@@ -799,6 +802,10 @@ impl Service {
             })
             .await?;
         let already = already.load(std::sync::atomic::Ordering::SeqCst);
+        if already {
+            // Found applied by a concurrent identical post: wait until it is durable.
+            self.commit.flush().await?;
+        }
         tracing::info!(id = %record.id(), approver = %d.approver, decision = %d.decision, status = %record.status(), "decision");
         Ok(Decided {
             record,

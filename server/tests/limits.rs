@@ -2,6 +2,8 @@
 //! port, served by the production accept loop (`approval_server::listener::serve`).
 //!
 //! Every refusal checks that the store is unchanged (records and audit chain).
+//! The last test holds an fsync open (`GatedStore`) to check that nothing is
+//! acknowledged before it is durable.
 
 mod common;
 
@@ -54,6 +56,16 @@ fn token_hash(token: &str) -> String {
 /// The same assembly as `common::start_with`, with pending limits and the
 /// production listener.
 async fn start(policy: &str, limits: PendingLimits, agents: Option<&str>) -> Srv {
+    start_on(policy, limits, agents, |s| s).await
+}
+
+/// `start`, with the store wrapped by `wrap`.
+async fn start_on(
+    policy: &str,
+    limits: PendingLimits,
+    agents: Option<&str>,
+    wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+) -> Srv {
     let dir = tempfile::tempdir().unwrap();
     let pdir = dir.path().join("policies");
     std::fs::create_dir_all(&pdir).unwrap();
@@ -72,7 +84,9 @@ async fn start(policy: &str, limits: PendingLimits, agents: Option<&str>) -> Srv
         embedded_policies: None,
     };
     let config = source.load().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("store")).unwrap());
+    let store: Arc<dyn Store> = wrap(Arc::new(
+        SledStore::open(&dir.path().join("store")).unwrap(),
+    ));
     let clock = ManualClock::new(T0);
     let svc = Service::with_limits(
         store,
@@ -714,4 +728,176 @@ async fn a_decision_signed_for_another_servers_preview_is_403() {
         )
         .await;
     assert_eq!(code, 200, "{v}");
+}
+
+/// A store whose fsyncs wait while a gate is closed, to hold a write in the
+/// window between "applied" and "durable".
+struct GatedStore {
+    inner: Arc<dyn Store>,
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl GatedStore {
+    fn set_closed(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+}
+
+impl Store for GatedStore {
+    fn server_id(&self) -> &approval_core::ServerId {
+        self.inner.server_id()
+    }
+    fn get(
+        &self,
+        id: &approval_core::ProposalId,
+    ) -> Result<Option<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
+    {
+        self.inner.get(id)
+    }
+    fn create(
+        &self,
+        rec: &approval_server::record::ProposalRecord,
+        events: Vec<approval_server::audit::AuditEvent>,
+        limits: PendingLimits,
+    ) -> Result<(), approval_server::store::StoreError> {
+        self.inner.create(rec, events, limits)
+    }
+    fn put_policy(
+        &self,
+        hash: &Sha256Hex,
+        canonical: &Value,
+    ) -> Result<(), approval_server::store::StoreError> {
+        self.inner.put_policy(hash, canonical)
+    }
+    fn get_policy(
+        &self,
+        hash: &Sha256Hex,
+    ) -> Result<Option<Value>, approval_server::store::StoreError> {
+        self.inner.get_policy(hash)
+    }
+    fn pending_count(
+        &self,
+        agent: Option<&approval_core::ids::AgentName>,
+    ) -> Result<u64, approval_server::store::StoreError> {
+        self.inner.pending_count(agent)
+    }
+    fn update(
+        &self,
+        new: &approval_server::record::ProposalRecord,
+        events: Vec<approval_server::audit::AuditEvent>,
+    ) -> Result<approval_server::store::Cas, approval_server::store::StoreError> {
+        self.inner.update(new, events)
+    }
+    fn list_status(
+        &self,
+        status: approval_core::Status,
+        limit: usize,
+    ) -> Result<Vec<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
+    {
+        self.inner.list_status(status, limit)
+    }
+    fn list_agent(
+        &self,
+        agent: &approval_core::ids::AgentName,
+        limit: usize,
+    ) -> Result<Vec<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
+    {
+        self.inner.list_agent(agent, limit)
+    }
+    fn count_status(
+        &self,
+        status: approval_core::Status,
+    ) -> Result<usize, approval_server::store::StoreError> {
+        self.inner.count_status(status)
+    }
+    fn audit(
+        &self,
+    ) -> Result<approval_server::store::AuditLog, approval_server::store::StoreError> {
+        self.inner.audit()
+    }
+    fn flush_blocking(&self) -> Result<(), approval_server::store::StoreError> {
+        let mut closed = self.closed.lock().unwrap();
+        if *closed {
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+            self.waiting
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        drop(closed);
+        self.inner.flush_blocking()
+    }
+}
+
+/// Found by the crash harness (`tests/tests/crash_harness.rs`): a decision posted
+/// twice is answered `200 already_recorded` from the record in memory, before the
+/// first copy's write is durable; a crash in that window loses a decision that was
+/// acknowledged. Here the first copy's fsync is held, and the identical second
+/// copy must not be acknowledged until it completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identical_decision_is_not_acknowledged_before_the_first_is_durable() {
+    let gated: Arc<std::sync::OnceLock<Arc<GatedStore>>> = Arc::default();
+    let g = gated.clone();
+    let s = start_on(NOTE_POLICY, PendingLimits::default(), None, move |inner| {
+        let store = Arc::new(GatedStore {
+            inner,
+            closed: std::sync::Mutex::new(false),
+            opened: std::sync::Condvar::new(),
+            waiting: Default::default(),
+        });
+        let _ = g.set(store.clone());
+        store
+    })
+    .await;
+    let gate = gated.get().unwrap().clone();
+    let (id, hash) = s.prepare("x").await;
+    let body = Srv::signed("alice", Decision::Approve, &hash, "").to_string();
+    gate.set_closed(true);
+    let first = {
+        let (http, url, body) = (
+            s.http.clone(),
+            s.url(&format!("/v1/proposals/{id}/decisions")),
+            body.clone(),
+        );
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        })
+    };
+    // Wait until the first copy is applied in memory and its fsync is held.
+    let pid = approval_core::ProposalId::parse(&id).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let applied = s.svc.store().get(&pid).unwrap().unwrap().decisions.len() == 1;
+        if applied && gate.waiting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first decision never reached its fsync"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second =
+        tokio::time::timeout(Duration::from_millis(1500), s.post_decision(&id, body)).await;
+    gate.set_closed(false);
+    assert_eq!(first.await.unwrap(), 200);
+    if let Ok((code, v)) = &second {
+        panic!(
+            "the identical decision was acknowledged (HTTP {code}, already_recorded {}) while the \
+             first copy was not yet durable: a crash now would lose an acknowledged decision",
+            v["already_recorded"]
+        );
+    }
 }

@@ -115,11 +115,17 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let bin = server_bin();
+        let built = server_bin();
         let dir = tempfile::Builder::new()
             .prefix("crash-harness-")
             .tempdir()
             .unwrap();
+        // Run a private link (or copy) of the binary: a `cargo build` elsewhere that
+        // replaces target/debug/approval-server mid-run must not change what restarts.
+        let bin = dir.path().join("approval-server");
+        if std::fs::hard_link(&built, &bin).is_err() {
+            std::fs::copy(&built, &bin).unwrap();
+        }
         let w = Self { dir, bin };
         std::fs::create_dir_all(w.policies()).unwrap();
         let keyring: String = APPROVERS
@@ -260,10 +266,12 @@ impl Drop for Server {
 #[derive(Debug, Clone)]
 struct Acked {
     hash: String,
-    /// (approver, decision) pairs whose POST got a 200.
-    decisions: BTreeSet<(String, String)>,
+    /// (approver, decision) pairs whose POST got a 200, with which response.
+    decisions: BTreeMap<(String, String), String>,
     /// The latest status the server reported in a successful response.
     status: String,
+    /// Which response acknowledged `status` (for the failure message).
+    how: String,
 }
 
 #[derive(Default)]
@@ -405,9 +413,10 @@ fn rank(status: &str) -> u8 {
     }
 }
 
-fn raise(current: &mut String, seen: &str) {
-    if rank(seen) >= rank(current) && !seen.is_empty() {
-        *current = seen.to_owned();
+fn raise(a: &mut Acked, seen: &str, how: String) {
+    if rank(seen) >= rank(&a.status) && !seen.is_empty() {
+        a.status = seen.to_owned();
+        a.how = how;
     }
 }
 
@@ -420,10 +429,10 @@ fn candidates(model: &Mutex<Model>, status: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn record_status(model: &Mutex<Model>, id: &str, status: &str) {
+fn record_status(model: &Mutex<Model>, id: &str, status: &str, how: String) {
     let mut m = model.lock().unwrap();
     if let Some(a) = m.props.get_mut(id) {
-        raise(&mut a.status, status);
+        raise(a, status, how);
     }
     m.touched.insert(id.to_owned());
 }
@@ -469,8 +478,9 @@ async fn preparer(
             id.to_owned(),
             Acked {
                 hash: hash.to_owned(),
-                decisions: BTreeSet::new(),
+                decisions: BTreeMap::new(),
                 status: "PENDING".into(),
+                how: "the prepare result".into(),
             },
         );
         m.touched.insert(id.to_owned());
@@ -517,8 +527,14 @@ async fn decider(
             let status = v["proposal"]["status"].as_str().unwrap_or("").to_owned();
             let mut m = model.lock().unwrap();
             if let Some(a) = m.props.get_mut(&id) {
-                a.decisions.insert((who.to_owned(), d.to_string()));
-                raise(&mut a.status, &status);
+                let how = format!(
+                    "HTTP 200 to {who}'s {d} (already_recorded: {}, status {status})",
+                    v["already_recorded"]
+                );
+                a.decisions
+                    .entry((who.to_owned(), d.to_string()))
+                    .or_insert_with(|| how.clone());
+                raise(a, &status, how);
             }
             m.touched.insert(id.clone());
             drop(m);
@@ -577,13 +593,18 @@ async fn executor(
         }
         match (err, code.as_str()) {
             (false, "SUCCEEDED" | "FAILED" | "OUTCOME_UNKNOWN") => {
-                record_status(&model, &id, &code);
+                record_status(
+                    &model,
+                    &id,
+                    &code,
+                    format!("approval_execute result {code}"),
+                );
                 stats.executes.fetch_add(1, Ordering::Relaxed);
             }
             (true, "ALREADY_EXECUTED_NO_REPLAY") | (true, "EXECUTION_IN_PROGRESS") => {
                 if let Some(s) = out["status"].as_str() {
                     if s != "EXECUTING" {
-                        record_status(&model, &id, s);
+                        record_status(&model, &id, s, format!("approval_execute refusal {code}"));
                     }
                 }
             }
@@ -602,11 +623,15 @@ async fn executor(
 
 /// Checks one acknowledged proposal against the restarted server and folds
 /// what the server now shows back into the model.
+/// Checks one acknowledged proposal against the restarted server, pushing what
+/// does not hold to `errors`, then folds what the server now shows back into
+/// the model (so a violation is reported once). `Err` only when it cannot be read.
 async fn check_one(
     c: &Client,
     model: &Mutex<Model>,
     id: &str,
     round: u64,
+    errors: &mut Vec<String>,
 ) -> Result<String, String> {
     let acked = model
         .lock()
@@ -617,18 +642,20 @@ async fn check_one(
         .ok_or_else(|| format!("{id} is not in the model"))?;
     let (code, v) = c.show(id).await.map_err(|e| format!("reading {id}: {e}"))?;
     if code != 200 {
-        return Err(format!(
+        errors.push(format!(
             "round {round}: acknowledged proposal {id} is gone after the restart: HTTP {code} {v}"
         ));
+        model.lock().unwrap().props.remove(id);
+        return Ok(String::new());
     }
     if v["preview_sha256"].as_str() != Some(acked.hash.as_str()) {
-        return Err(format!("round {round}: {id} changed its preview hash: {v}"));
+        errors.push(format!("round {round}: {id} changed its preview hash: {v}"));
     }
     let now = v["status"].as_str().unwrap_or("").to_owned();
     if !may_follow(&acked.status, &now) {
-        return Err(format!(
-            "round {round}: {id} was acknowledged as {} and is {now} after the restart",
-            acked.status
+        errors.push(format!(
+            "round {round}: {id} was acknowledged as {} ({}) and is {now} after the restart",
+            acked.status, acked.how
         ));
     }
     let stored: BTreeSet<(String, String)> = v["decisions"]
@@ -644,17 +671,34 @@ async fn check_one(
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(lost) = acked.decisions.difference(&stored).next() {
-        return Err(format!(
-            "round {round}: acknowledged decision {lost:?} on {id} is gone after the restart (stored: {stored:?})"
+    for (lost, how) in acked.decisions.iter().filter(|(k, _)| !stored.contains(*k)) {
+        errors.push(format!(
+            "round {round}: acknowledged decision {lost:?} on {id} ({how}) is gone after the restart (stored: {stored:?})"
         ));
     }
     let mut m = model.lock().unwrap();
     if let Some(a) = m.props.get_mut(id) {
-        a.status = now.clone();
-        a.decisions = stored;
+        if a.status != now {
+            a.status = now.clone();
+            a.how = format!("a signed read after restart {round}");
+        }
+        a.decisions.retain(|k, _| stored.contains(k));
+        for k in stored {
+            a.decisions
+                .entry(k)
+                .or_insert_with(|| format!("a signed read after restart {round}"));
+        }
     }
     Ok(now)
+}
+
+/// What the checks carry from one restart to the next.
+#[derive(Default)]
+struct Progress {
+    /// Lines of the witness file already checked.
+    witness_seen: usize,
+    /// Violations found by the current check.
+    errors: Vec<String>,
 }
 
 async fn check_after_restart(
@@ -662,10 +706,14 @@ async fn check_after_restart(
     w: &World,
     model: &Mutex<Model>,
     rng: &mut Rng,
-    witness_seen: &mut usize,
+    progress: &mut Progress,
     round: u64,
     all: bool,
 ) -> Result<usize, String> {
+    let Progress {
+        witness_seen,
+        errors,
+    } = progress;
     let mut ids: BTreeSet<String> = {
         let mut m = model.lock().unwrap();
         let mut ids = std::mem::take(&mut m.touched);
@@ -685,11 +733,10 @@ async fn check_after_restart(
     let text = std::fs::read_to_string(w.witness()).unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
     let mut seen = BTreeSet::new();
-    for l in &lines {
-        if !seen.insert(*l) {
-            return Err(format!(
-                "round {round}: the effect of {l} ran twice (witness file:\n{text})"
-            ));
+    for (i, l) in lines.iter().enumerate() {
+        // Each duplicate is reported once: when its second line is new.
+        if !seen.insert(*l) && i >= *witness_seen {
+            errors.push(format!("round {round}: the effect of {l} ran twice"));
         }
     }
     let fresh: Vec<String> = if all {
@@ -703,20 +750,21 @@ async fn check_after_restart(
     *witness_seen = lines.len();
     for id in &fresh {
         if !model.lock().unwrap().props.contains_key(id) {
-            return Err(format!(
+            errors.push(format!(
                 "round {round}: the effect ran for {id}, whose prepare was never acknowledged"
             ));
+            continue;
         }
         ids.insert(id.clone());
     }
     let fresh: BTreeSet<String> = fresh.into_iter().collect();
     let n = ids.len();
     for id in ids {
-        let now = check_one(c, model, &id, round).await?;
+        let now = check_one(c, model, &id, round, errors).await?;
         if fresh.contains(&id)
             && !matches!(now.as_str(), "SUCCEEDED" | "FAILED" | "OUTCOME_UNKNOWN")
         {
-            return Err(format!(
+            errors.push(format!(
                 "round {round}: the effect of {id} ran but the proposal is {now}: it could run again"
             ));
         }
@@ -760,9 +808,13 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
     let model = Arc::new(Mutex::new(Model::default()));
     let stats = Arc::new(Stats::default());
     let mut rng = Rng(seed | 1);
-    let mut witness_seen = 0usize;
+    let mut progress = Progress::default();
     let mut kills = 0u64;
     let mut checked = 0usize;
+    // CRASH_KEEP_GOING=1: report every violation at the end instead of stopping at
+    // the first (for long runs by hand: how often, not only whether).
+    let keep_going = std::env::var("CRASH_KEEP_GOING").is_ok_and(|v| v == "1");
+    let mut found: Vec<String> = Vec::new();
     let fail = |w: &World, msg: String| -> ! {
         panic!(
             "{msg}\nreplay with CRASH_SEED={seed}; the server's log ends:\n{}",
@@ -775,9 +827,19 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         if let Err(e) = wait_healthy(&c).await {
             fail(&w, format!("round {round}: {e}"));
         }
-        match check_after_restart(&c, &w, &model, &mut rng, &mut witness_seen, round, false).await {
+        match check_after_restart(&c, &w, &model, &mut rng, &mut progress, round, false).await {
             Ok(n) => checked += n,
             Err(e) => fail(&w, e),
+        }
+        let errors = std::mem::take(&mut progress.errors);
+        if !errors.is_empty() {
+            if !keep_going {
+                fail(&w, errors.join("\n"));
+            }
+            for e in &errors {
+                eprintln!("VIOLATION {e}");
+            }
+            found.extend(errors);
         }
         // Mixed load for a random short time, then SIGKILL while it is in flight.
         let stop = Arc::new(AtomicBool::new(false));
@@ -821,7 +883,13 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         }
         let v = std::mem::take(&mut model.lock().unwrap().violations);
         if !v.is_empty() {
-            fail(&w, format!("round {round}: {}", v.join("\n")));
+            if !keep_going {
+                fail(&w, format!("round {round}: {}", v.join("\n")));
+            }
+            for e in &v {
+                eprintln!("VIOLATION round {round}: {e}");
+            }
+            found.extend(v.into_iter().map(|e| format!("round {round}: {e}")));
         }
     }
     // A last restart: check everything, then stop it and verify the audit chain.
@@ -830,10 +898,15 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
     if let Err(e) = wait_healthy(&c).await {
         fail(&w, format!("final start: {e}"));
     }
-    match check_after_restart(&c, &w, &model, &mut rng, &mut witness_seen, rounds, true).await {
+    match check_after_restart(&c, &w, &model, &mut rng, &mut progress, rounds, true).await {
         Ok(n) => checked += n,
         Err(e) => fail(&w, e),
     }
+    let errors = std::mem::take(&mut progress.errors);
+    if !errors.is_empty() && !keep_going {
+        fail(&w, errors.join("\n"));
+    }
+    found.extend(errors);
     server.stop();
     let out = Command::new(&w.bin)
         .args(["audit", "verify", "--data"])
@@ -859,8 +932,14 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         stats.resolves.load(Ordering::Relaxed),
         stats.executes.load(Ordering::Relaxed),
         stats.refused_replays.load(Ordering::Relaxed),
-        witness_seen,
+        progress.witness_seen,
         String::from_utf8_lossy(&out.stdout).trim()
+    );
+    assert!(
+        found.is_empty(),
+        "{} violations in {kills} rounds (CRASH_SEED={seed}):\n{}",
+        found.len(),
+        found.join("\n")
     );
     assert_eq!(kills, rounds);
     assert!(
