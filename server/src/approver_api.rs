@@ -83,6 +83,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/proposals/{id}/receipt", get(receipt))
         .route("/v1/events", get(events))
         .fallback(unknown_endpoint)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), settle))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             crate::http::BODY_READ_TIMEOUT,
@@ -157,6 +158,19 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
         "executable_until": life.executable_until,
         "result": rec.result,
     }))
+}
+
+/// Holds every answer until nothing it may report is still waiting for its fsync.
+async fn settle(
+    State(st): State<ApiState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let resp = next.run(req).await;
+    match st.svc.settle().await {
+        Ok(()) => resp,
+        Err(e) => ApiError(e).into_response(),
+    }
 }
 
 async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
@@ -317,6 +331,9 @@ async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Respo
                             continue;
                         };
                         let Ok(v) = view(&svc, &rec) else { continue };
+                        if svc.settle().await.is_err() {
+                            continue;
+                        }
                         let event = SseEvent::default().event("proposal").data(v.to_string());
                         return Some((
                             Ok::<_, std::convert::Infallible>(event),

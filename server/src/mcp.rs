@@ -576,7 +576,12 @@ impl ServerHandler for McpHandler {
                 McpError::invalid_request("no authenticated agent on this request", None)
             })?;
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let result = match self.dispatch(&agent, &request.name, args).await? {
+        let outcome = self.dispatch(&agent, &request.name, args).await?;
+        // Never report a state whose fsync is still pending.
+        if let Err(e) = self.svc.settle().await {
+            return Ok(refusal(&e).into());
+        }
+        let result = match outcome {
             Ok(out) => CallToolResult::structured(serde_json::to_value(out).unwrap_or(Value::Null)),
             Err(e) => refusal(&e),
         };

@@ -205,6 +205,12 @@ impl Service {
         self.commit.fsync_count()
     }
 
+    /// Waits until nothing a read may have seen is still waiting for its fsync. Every
+    /// transport calls it after reading and before answering.
+    pub async fn settle(&self) -> Result<(), ServiceError> {
+        Ok(self.commit.settle().await?)
+    }
+
     /// Subscribes to proposal changes.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
@@ -302,6 +308,7 @@ impl Service {
             let Some((next, events)) = f(&cur, now)? else {
                 return Ok(cur);
             };
+            let _writing = self.commit.begin();
             match self.store.update(&next, events)? {
                 Cas::Applied => {
                     self.commit.flush().await?;
@@ -410,8 +417,10 @@ impl Service {
         );
         self.store
             .put_policy(&policy.sha256(), policy.canonical_json())?;
+        let writing = self.commit.begin();
         self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;
+        drop(writing);
         let _ = self.events.send(Event {
             id: rec.id().clone(),
         });

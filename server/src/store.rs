@@ -526,6 +526,7 @@ pub struct GroupCommit {
     requested: AtomicU64,
     completed: tokio::sync::watch::Sender<u64>,
     fsyncs: AtomicU64,
+    inflight: AtomicU64,
 }
 
 impl GroupCommit {
@@ -537,6 +538,7 @@ impl GroupCommit {
             requested: AtomicU64::new(0),
             completed: tokio::sync::watch::channel(0).0,
             fsyncs: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
         }
     }
 
@@ -579,6 +581,32 @@ impl GroupCommit {
     /// How many fsyncs ran (for benchmarks and tests).
     pub fn fsync_count(&self) -> u64 {
         self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Marks a write as under way until the guard drops (after its flush), so that a
+    /// read that may have seen it can wait for it to be durable ([`GroupCommit::settle`]).
+    pub fn begin(&self) -> WriteGuard<'_> {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        WriteGuard(self)
+    }
+
+    /// Returns once nothing a read may have seen is still waiting for its fsync: at
+    /// once when no write is under way, else after a (shared) flush. Call it after
+    /// reading and before replying, so no answer reports a state that is not on disk.
+    pub async fn settle(&self) -> Result<(), StoreError> {
+        if self.inflight.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        self.flush().await
+    }
+}
+
+/// A write under way; see [`GroupCommit::begin`].
+pub struct WriteGuard<'a>(&'a GroupCommit);
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
