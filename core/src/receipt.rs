@@ -17,7 +17,7 @@ use crate::keyring::{Keyring, PublicKey};
 use crate::message::{Decision, Signature, SignedDecision};
 use crate::policy::{Policy, PolicyError};
 use crate::preview::{Preview, PreviewError};
-use crate::quorum::{evaluate, Ignored, QuorumOutcome};
+use crate::quorum::{evaluate, evaluate_with, Ignored, QuorumOutcome};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -133,8 +133,23 @@ impl Receipt {
         keyring: &Keyring,
         decisions: &[SignedDecision],
     ) -> Self {
+        Self::build_with(preview, policy, keyring, decisions, |k, d, h| {
+            d.verify(k, h).is_ok()
+        })
+    }
+
+    /// [`Receipt::build`] with the signature check supplied by the caller (see
+    /// [`crate::quorum::evaluate_with`]): a server that memoises `verify_strict` need not
+    /// redo it for every receipt.
+    pub fn build_with(
+        preview: &Preview,
+        policy: &Policy,
+        keyring: &Keyring,
+        decisions: &[SignedDecision],
+        verify: impl Fn(&PublicKey, &SignedDecision, &Sha256Hex) -> bool,
+    ) -> Self {
         let hash = preview.sha256();
-        let tally = evaluate(policy, keyring, &hash, decisions);
+        let tally = evaluate_with(policy, keyring, &hash, decisions, verify);
         let ignored: Vec<usize> = tally.ignored.iter().map(|(i, _)| *i).collect();
         let decisions = decisions
             .iter()

@@ -573,11 +573,12 @@ impl Service {
 
     async fn run_claimed(&self, claimed: ProposalRecord) -> Result<ProposalRecord, ServiceError> {
         let policy = self.policy_of(&claimed)?;
-        let receipt = Receipt::build(
+        let receipt = Receipt::build_with(
             &claimed.preview,
             &policy,
             &self.config().keyring,
             &claimed.signed_decisions(),
+            |k, d, h| self.verified.verify(k, d, h),
         );
         let cfg = policy.spec().executor.clone();
         let exec = self.exec.clone();
@@ -843,11 +844,12 @@ impl Service {
             .about(&rec, now));
         }
         let policy = self.policy_of(&rec)?;
-        Ok(Receipt::build(
+        Ok(Receipt::build_with(
             &rec.preview,
             &policy,
             &self.config().keyring,
             &rec.signed_decisions(),
+            |k, d, h| self.verified.verify(k, d, h),
         ))
     }
 
