@@ -270,6 +270,20 @@ proptest! {
         }
     }
 
+    /// Our canonical writer and the general-purpose canonicaliser agree byte for
+    /// byte on any value, including member names that sort differently in UTF-16
+    /// than in UTF-8, and integers beyond 2^53 (formatted as doubles).
+    #[test]
+    fn canonical_bytes_agree_with_serde_json_canonicalizer(
+        v in arb_json(), big in any::<u64>(), neg in any::<i64>()
+    ) {
+        let v = json!({"v": v, "big": big, "neg": neg, "\u{FF61}": 1, "\u{1F600}": 2, "\u{E000}": [big]});
+        prop_assert_eq!(
+            String::from_utf8(json::canonical_bytes(&v)).unwrap(),
+            String::from_utf8(serde_json_canonicalizer::to_vec(&v).unwrap()).unwrap()
+        );
+    }
+
     #[test]
     fn parse_exact_round_trips_serde_json_text(v in arb_json()) {
         let compact = serde_json::to_string(&v).unwrap();
