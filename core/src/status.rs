@@ -178,6 +178,18 @@ impl Lifecycle {
         }
     }
 
+    /// The first moment at which [`Lifecycle::is_expired_at`] holds, if it ever will:
+    /// what a store indexes so that finding expired proposals costs the number of
+    /// them, not the number of live ones. An APPROVED lifecycle without an execution
+    /// window is already over (the epoch).
+    pub fn deadline(&self) -> Option<Timestamp> {
+        match self.status {
+            Status::Pending => Some(self.expires_at),
+            Status::Approved => Some(self.executable_until.unwrap_or(Timestamp::from_unix(0))),
+            _ => None,
+        }
+    }
+
     /// The lifecycle with expiry applied at `now`.
     pub fn at(self, now: Timestamp) -> Self {
         if self.is_expired_at(now) {
@@ -335,6 +347,43 @@ mod tests {
 
     fn pending() -> Lifecycle {
         Lifecycle::new(t(100))
+    }
+
+    /// The store's deadline index is only right if `deadline` says exactly when
+    /// `is_expired_at` turns true, for every status and every moment around it.
+    #[test]
+    fn deadline_is_the_first_expired_moment() {
+        let statuses = [
+            Status::Pending,
+            Status::Approved,
+            Status::Rejected,
+            Status::Expired,
+            Status::Executing,
+            Status::Succeeded,
+            Status::Failed,
+            Status::OutcomeUnknown,
+            Status::Withdrawn,
+            Status::Revoked,
+            Status::PolicyChanged,
+        ];
+        for status in statuses {
+            for until in [None, Some(t(50)), Some(t(150))] {
+                let l = Lifecycle {
+                    status,
+                    expires_at: t(100),
+                    approved_at: Some(t(10)),
+                    executable_until: until,
+                };
+                for now in (-10..200).map(t) {
+                    let by_deadline = l.deadline().is_some_and(|d| now >= d);
+                    assert_eq!(
+                        by_deadline,
+                        l.is_expired_at(now),
+                        "{status:?} {until:?} {now:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,30 +1,40 @@
 //! Durable storage behind a small trait, with sled as the backend.
 //!
-//! Every state change is one transaction that writes the record, its index
-//! entries and its audit entry together, and the caller flushes before it
-//! replies. The compare-and-swap on a record's revision is what makes the execute
-//! claim atomic: of any number of concurrent claims, exactly one sees its expected
-//! revision and wins.
+//! Every state change is one atomic sled batch that writes the record, its index
+//! entries, its pending counters and its audit entries together, and the caller
+//! flushes before it replies. The compare-and-swap on a record's revision is what
+//! makes the execute claim atomic: of any number of concurrent claims, exactly one
+//! sees its expected revision and wins.
+//!
+//! Why one tree and a writer lock rather than sled transactions: every write
+//! touches the audit chain's head, so writers are serial whatever we do. sled 0.34
+//! transactions over several trees made that serial section long (a read set,
+//! conflict checks and retries under a process-wide lock) and thrashed when 32
+//! writers collided on the head. Here writers take one short in-process lock,
+//! read what they need, and apply one batch, which sled makes atomic on disk (a
+//! crash leaves all of it or none). The lock holds the audit head and the pending
+//! counters in memory, so a write reads only the record it changes. Readers
+//! never take the lock.
 //!
 //! Flushes are grouped: a request that needs its write on disk takes a ticket;
 //! one flusher fsyncs for every ticket issued before it started, and the others
 //! wait for it rather than each paying for an fsync of their own
-//! ([`GroupCommit`]). Durability is never skipped, only shared.
+//! ([`GroupCommit`]). Durability is never skipped, only shared. The writer lock
+//! is never held across an fsync.
 
 use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::record::{ProposalRecord, SCHEMA_VERSION};
 use approval_core::ids::AgentName;
-use approval_core::status::Status;
-use approval_core::{ProposalId, ServerId, Sha256Hex};
+use approval_core::status::{Lifecycle, Status};
+use approval_core::{ProposalId, ServerId, Sha256Hex, Timestamp};
 use serde::{Deserialize, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
-/// A storage failure. Nothing half-written is left behind: every write is one transaction.
+/// A storage failure. Nothing half-written is left behind: every write is one atomic batch.
 #[derive(Debug, Error)]
 pub enum StoreError {
     /// The backend failed (disk full, I/O error, corruption).
@@ -38,6 +48,9 @@ pub enum StoreError {
         /// Why.
         why: String,
     },
+    /// The data folder was written in a layout this build does not read.
+    #[error("{0}")]
+    Layout(String),
     /// A proposal with this id already exists.
     #[error("proposal {0} already exists")]
     Exists(String),
@@ -46,7 +59,7 @@ pub enum StoreError {
     Full(String),
 }
 
-/// Caps on PENDING proposals, enforced inside the creating transaction.
+/// Caps on PENDING proposals, enforced under the writer lock that creates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingLimits {
     /// Per agent.
@@ -117,6 +130,10 @@ pub trait Store: Send + Sync + 'static {
         agent: &AgentName,
         limit: usize,
     ) -> Result<Vec<ProposalRecord>, StoreError>;
+    /// Up to `limit` records whose deadline ([`Lifecycle::deadline`]) has passed at
+    /// `now`, earliest first: what the expiry sweep ends. Costs the number of
+    /// records due, not the number alive.
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError>;
     /// Number of records with this stored status.
     fn count_status(&self, status: Status) -> Result<usize, StoreError>;
     /// The whole audit chain in order, and the stored head.
@@ -125,47 +142,86 @@ pub trait Store: Send + Sync + 'static {
     fn flush_blocking(&self) -> Result<(), StoreError>;
 }
 
-/// The sled backend.
-pub struct SledStore {
-    db: sled::Db,
-    meta: sled::Tree,
-    proposals: sled::Tree,
-    by_status: sled::Tree,
-    by_agent: sled::Tree,
-    audit: sled::Tree,
-    counters: sled::Tree,
-    policies: sled::Tree,
-    server_id: ServerId,
+/// Keys in the one sled tree: a short prefix per kind of entry, then fixed-width
+/// big-endian numbers where order matters (so a prefix scan walks them in order).
+mod key {
+    use super::*;
+
+    pub const SERVER_ID: &[u8] = b"m:server_id";
+    pub const LAYOUT: &[u8] = b"m:layout";
+    pub const AUDIT_HEAD: &[u8] = b"m:audit_head";
+    pub const PENDING_TOTAL: &[u8] = b"c:pending";
+    pub const PENDING_AGENT: &[u8] = b"c:pending:";
+    pub const RECORD: &[u8] = b"p:";
+    pub const BY_STATUS: &[u8] = b"s:";
+    pub const BY_AGENT: &[u8] = b"a:";
+    pub const DUE: &[u8] = b"d:";
+    pub const AUDIT: &[u8] = b"l:";
+    pub const POLICY: &[u8] = b"y:";
+
+    fn join(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    fn secs(t: Timestamp) -> [u8; 8] {
+        // Timestamps are clamped to 1970..=9999, so never negative: big-endian i64
+        // bytes sort as the times do.
+        t.unix().to_be_bytes()
+    }
+
+    pub fn record(id: &ProposalId) -> Vec<u8> {
+        join(&[RECORD, id.as_str().as_bytes()])
+    }
+
+    pub fn pending(agent: &str) -> Vec<u8> {
+        join(&[PENDING_AGENT, agent.as_bytes()])
+    }
+
+    /// `s:<status> NUL` or `a:<agent> NUL`: the prefix of one index's entries.
+    pub fn index_prefix(kind: &[u8], name: &str) -> Vec<u8> {
+        join(&[kind, name.as_bytes(), b"\0"])
+    }
+
+    pub fn by_status(status: Status, created: Timestamp, id: &ProposalId) -> Vec<u8> {
+        join(&[
+            &index_prefix(BY_STATUS, status.as_str()),
+            &secs(created),
+            id.as_str().as_bytes(),
+        ])
+    }
+
+    pub fn by_agent(agent: &AgentName, created: Timestamp, id: &ProposalId) -> Vec<u8> {
+        join(&[
+            &index_prefix(BY_AGENT, agent.as_str()),
+            &secs(created),
+            id.as_str().as_bytes(),
+        ])
+    }
+
+    pub fn due(deadline: Timestamp, id: &ProposalId) -> Vec<u8> {
+        join(&[DUE, &secs(deadline), id.as_str().as_bytes()])
+    }
+
+    /// The first key after every deadline at or before `now`.
+    pub fn due_end(now: Timestamp) -> Vec<u8> {
+        join(&[DUE, &(now.unix() + 1).to_be_bytes()])
+    }
+
+    pub fn audit(seq: u64) -> Vec<u8> {
+        join(&[AUDIT, &seq.to_be_bytes()])
+    }
+
+    pub fn policy(hash: &Sha256Hex) -> Vec<u8> {
+        join(&[POLICY, hash.as_bytes()])
+    }
 }
 
-const PENDING_TOTAL: &[u8] = b"pending";
+/// The layout of keys written by this build; see [`key`]. Layout 1 (one sled
+/// tree per kind of entry, written with sled transactions) is refused by name.
+const LAYOUT: &str = "2";
 
-fn pending_key(agent: &AgentName) -> Vec<u8> {
-    format!("pending/{agent}").into_bytes()
-}
-
-fn read_u64(v: Option<sled::IVec>) -> u64 {
-    v.and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
-        .map(u64::from_be_bytes)
-        .unwrap_or(0)
-}
-
-fn bump(
-    tree: &sled::transaction::TransactionalTree,
-    key: &[u8],
-    delta: i64,
-) -> Result<u64, TxError> {
-    let cur = read_u64(tree.get(key)?);
-    let next = if delta >= 0 {
-        cur.saturating_add(delta as u64)
-    } else {
-        cur.saturating_sub(delta.unsigned_abs())
-    };
-    tree.insert(key, &next.to_be_bytes())?;
-    Ok(next)
-}
-
-const AUDIT_HEAD: &[u8] = b"audit_head";
+/// Trees of layout 1, whose presence means an older build made the folder.
+const LAYOUT_1_TREES: [&[u8]; 3] = [b"meta", b"proposals", b"audit"];
 
 /// sled's page cache size.
 pub const CACHE_BYTES: u64 = 256 * 1024 * 1024;
@@ -176,55 +232,87 @@ struct Head {
     hash: Sha256Hex,
 }
 
-fn index_key(prefix: &str, rec: &ProposalRecord) -> Vec<u8> {
-    let mut k = Vec::with_capacity(prefix.len() + 40);
-    k.extend_from_slice(prefix.as_bytes());
-    k.push(0);
-    k.extend_from_slice(&rec.preview.created_at.unix().to_be_bytes());
-    k.extend_from_slice(rec.id().as_str().as_bytes());
-    k
+/// What the writer lock guards: the state every write reads and advances, kept in
+/// memory so that a write does not read it back from the tree. It only changes
+/// after the batch that carries it was applied, so a failed write leaves it as is.
+struct Writer {
+    seq: u64,
+    head: Sha256Hex,
+    pending_total: u64,
+    pending: HashMap<String, u64>,
 }
 
-fn status_key(rec: &ProposalRecord) -> Vec<u8> {
-    index_key(rec.status().as_str(), rec)
+/// Just the fields of a stored record that a write needs to find its index
+/// entries: decoding these skips the preview payload and the decisions.
+#[derive(Deserialize)]
+struct Indexed {
+    schema: u32,
+    revision: u64,
+    lifecycle: Lifecycle,
+    preview: IndexedPreview,
 }
 
-fn agent_key(rec: &ProposalRecord) -> Vec<u8> {
-    index_key(rec.preview.requested_by.as_str(), rec)
+#[derive(Deserialize)]
+struct IndexedPreview {
+    proposal_id: ProposalId,
+    requested_by: AgentName,
+    created_at: Timestamp,
+}
+
+/// The sled backend.
+pub struct SledStore {
+    db: sled::Db,
+    tree: sled::Tree,
+    server_id: ServerId,
+    writer: Mutex<Writer>,
+}
+
+fn read_u64(v: Option<sled::IVec>) -> u64 {
+    v.and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(v).map_err(|e| StoreError::Backend(format!("cannot encode record: {e}")))
 }
 
-fn decode_record(key: &[u8], bytes: &[u8]) -> Result<ProposalRecord, StoreError> {
-    let rec: ProposalRecord = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+fn corrupt(key: &[u8], why: impl ToString) -> StoreError {
+    StoreError::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
-        why: e.to_string(),
-    })?;
-    if rec.schema != SCHEMA_VERSION {
-        return Err(StoreError::Corrupt {
-            key: String::from_utf8_lossy(key).into_owned(),
-            why: format!(
-                "schema version {} is not supported by this build",
-                rec.schema
-            ),
-        });
+        why: why.to_string(),
     }
+}
+
+fn check_schema(key: &[u8], schema: u32) -> Result<(), StoreError> {
+    if schema != SCHEMA_VERSION {
+        return Err(corrupt(
+            key,
+            format!("schema version {schema} is not supported by this build"),
+        ));
+    }
+    Ok(())
+}
+
+fn decode_record(key: &[u8], bytes: &[u8]) -> Result<ProposalRecord, StoreError> {
+    let rec: ProposalRecord = serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))?;
+    check_schema(key, rec.schema)?;
     Ok(rec)
 }
 
-type TxError = ConflictableTransactionError<StoreError>;
-
-fn abort(e: StoreError) -> TxError {
-    ConflictableTransactionError::Abort(e)
+fn decode_indexed(key: &[u8], bytes: &[u8]) -> Result<Indexed, StoreError> {
+    let rec: Indexed = serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))?;
+    check_schema(key, rec.schema)?;
+    Ok(rec)
 }
 
-fn tx_result<T>(r: Result<T, TransactionError<StoreError>>) -> Result<T, StoreError> {
-    r.map_err(|e| match e {
-        TransactionError::Abort(e) => e,
-        TransactionError::Storage(e) => StoreError::from(e),
-    })
+/// Moves a counter by `delta`, never below zero.
+fn moved(cur: u64, delta: i64) -> u64 {
+    if delta >= 0 {
+        cur.saturating_add(delta.unsigned_abs())
+    } else {
+        cur.saturating_sub(delta.unsigned_abs())
+    }
 }
 
 impl SledStore {
@@ -237,47 +325,88 @@ impl SledStore {
             // memory bounded however many proposals the store holds.
             .cache_capacity(CACHE_BYTES)
             .open()?;
-        let meta = db.open_tree("meta")?;
-        let server_id = match meta.get("server_id")? {
-            Some(v) => {
-                let s = String::from_utf8_lossy(&v).into_owned();
-                ServerId::parse(&s).map_err(|e| StoreError::Corrupt {
-                    key: "server_id".into(),
-                    why: e.to_string(),
-                })?
+        let names = db.tree_names();
+        if LAYOUT_1_TREES
+            .iter()
+            .any(|t| names.iter().any(|n| n.as_ref() == *t))
+        {
+            return Err(StoreError::Layout(format!(
+                "the data folder {} was written by an earlier build (store layout 1); this build \
+                 reads layout {LAYOUT}. Start this build with a new --data folder, and keep the old \
+                 one: the earlier build can still export its audit log (audit export)",
+                dir.display()
+            )));
+        }
+        let tree = db.open_tree("state")?;
+        match tree.get(key::LAYOUT)? {
+            Some(v) if v.as_ref() != LAYOUT.as_bytes() => {
+                return Err(StoreError::Layout(format!(
+                    "the data folder {} has store layout {}, which this build (layout {LAYOUT}) \
+                     cannot read: use the build that wrote it",
+                    dir.display(),
+                    String::from_utf8_lossy(&v)
+                )))
             }
+            Some(_) => {}
             None => {
-                let mut b = [0u8; 8];
-                getrandom::fill(&mut b)
-                    .map_err(|e| StoreError::Backend(format!("no randomness: {e}")))?;
-                let id = ServerId::parse(&format!("srv-{}", hex::encode(b)))
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                // Only the first writer wins, even if two processes raced here.
-                let _ = meta.compare_and_swap(
-                    "server_id",
-                    None as Option<&[u8]>,
-                    Some(id.as_str().as_bytes()),
-                )?;
-                let v = meta.get("server_id")?.unwrap_or_default();
-                db.flush()?;
-                ServerId::parse(&String::from_utf8_lossy(&v)).map_err(|e| StoreError::Corrupt {
-                    key: "server_id".into(),
-                    why: e.to_string(),
-                })?
+                tree.insert(key::LAYOUT, LAYOUT.as_bytes())?;
             }
-        };
-        meta.insert("schema_version", SCHEMA_VERSION.to_string().as_bytes())?;
+        }
+        let server_id = Self::server_id_of(&db, &tree)?;
+        let writer = Self::load_writer(&tree)?;
         Ok(Self {
-            proposals: db.open_tree("proposals")?,
-            by_status: db.open_tree("by_status")?,
-            by_agent: db.open_tree("by_agent")?,
-            audit: db.open_tree("audit")?,
-            counters: db.open_tree("counters")?,
-            policies: db.open_tree("policies")?,
-            meta,
             db,
+            tree,
             server_id,
+            writer: Mutex::new(writer),
         })
+    }
+
+    fn server_id_of(db: &sled::Db, tree: &sled::Tree) -> Result<ServerId, StoreError> {
+        let parse = |v: &[u8]| {
+            ServerId::parse(&String::from_utf8_lossy(v)).map_err(|e| corrupt(key::SERVER_ID, e))
+        };
+        if let Some(v) = tree.get(key::SERVER_ID)? {
+            return parse(&v);
+        }
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).map_err(|e| StoreError::Backend(format!("no randomness: {e}")))?;
+        let id = format!("srv-{}", hex::encode(b));
+        // Only the first writer wins, even if two processes raced here.
+        let _ =
+            tree.compare_and_swap(key::SERVER_ID, None as Option<&[u8]>, Some(id.as_bytes()))?;
+        let v = tree.get(key::SERVER_ID)?.unwrap_or_default();
+        db.flush()?;
+        parse(&v)
+    }
+
+    fn load_writer(tree: &sled::Tree) -> Result<Writer, StoreError> {
+        let (seq, head) = match tree.get(key::AUDIT_HEAD)? {
+            Some(v) => {
+                let h: Head =
+                    serde_json::from_slice(&v).map_err(|e| corrupt(key::AUDIT_HEAD, e))?;
+                (h.seq, h.hash)
+            }
+            None => (0, audit::genesis()),
+        };
+        let mut pending = HashMap::new();
+        for item in tree.scan_prefix(key::PENDING_AGENT) {
+            let (k, v) = item?;
+            let agent = String::from_utf8_lossy(&k[key::PENDING_AGENT.len()..]).into_owned();
+            pending.insert(agent, read_u64(Some(v)));
+        }
+        Ok(Writer {
+            seq,
+            head,
+            pending_total: read_u64(tree.get(key::PENDING_TOTAL)?),
+            pending,
+        })
+    }
+
+    /// The writer lock. A panic while it was held cannot have left it half-updated
+    /// (it changes only after a successful write), so a poisoned lock is still sound.
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Bytes the store takes on disk.
@@ -287,54 +416,59 @@ impl SledStore {
 
     fn scan_index(
         &self,
-        tree: &sled::Tree,
-        prefix: &str,
+        prefix: &[u8],
         limit: usize,
+        keep: impl Fn(&ProposalRecord) -> bool,
     ) -> Result<Vec<ProposalRecord>, StoreError> {
-        let mut p = prefix.as_bytes().to_vec();
-        p.push(0);
         let mut out = Vec::new();
-        for item in tree.scan_prefix(&p).rev() {
+        for item in self.tree.scan_prefix(prefix).rev() {
             if out.len() >= limit {
                 break;
             }
             let (k, _) = item?;
-            let id = &k[p.len() + 8..];
-            if let Some(v) = self.proposals.get(id)? {
-                out.push(decode_record(id, &v)?);
+            let Some(id) = k.get(prefix.len() + 8..) else {
+                return Err(corrupt(&k, "index key too short"));
+            };
+            let rk = [key::RECORD, id].concat();
+            if let Some(v) = self.tree.get(&rk)? {
+                let rec = decode_record(&rk, &v)?;
+                // A reader may see an index entry a moment before or after its record
+                // changes; what it returns always matches what was asked for.
+                if keep(&rec) {
+                    out.push(rec);
+                }
             }
         }
         Ok(out)
     }
 
+    /// Seals `events` after the writer's head into `batch`; returns the new head.
     fn append_audit(
-        meta: &sled::transaction::TransactionalTree,
-        audit: &sled::transaction::TransactionalTree,
-        events: &[AuditEvent],
-    ) -> Result<(), TxError> {
-        let head: Option<Head> = match meta.get(AUDIT_HEAD)? {
-            Some(v) => Some(serde_json::from_slice(&v).map_err(|e| {
-                abort(StoreError::Corrupt {
-                    key: "audit_head".into(),
-                    why: e.to_string(),
-                })
-            })?),
-            None => None,
-        };
-        let (mut seq, mut prev) = head
-            .map(|h| (h.seq, h.hash))
-            .unwrap_or((0, audit::genesis()));
+        w: &Writer,
+        batch: &mut sled::Batch,
+        events: Vec<AuditEvent>,
+    ) -> Result<(u64, Sha256Hex), StoreError> {
+        let (mut seq, mut prev) = (w.seq, w.head);
+        if events.is_empty() {
+            return Ok((seq, prev));
+        }
         for ev in events {
             seq += 1;
-            let entry = AuditEntry::seal(seq, prev, ev.clone());
+            let entry = AuditEntry::seal(seq, prev, ev);
             prev = entry.hash;
-            audit.insert(&seq.to_be_bytes(), encode(&entry).map_err(abort)?)?;
+            batch.insert(key::audit(seq), encode(&entry)?);
         }
-        meta.insert(
-            AUDIT_HEAD,
-            encode(&Head { seq, hash: prev }).map_err(abort)?,
-        )?;
-        Ok(())
+        batch.insert(key::AUDIT_HEAD, encode(&Head { seq, hash: prev })?);
+        Ok((seq, prev))
+    }
+
+    /// Writes the pending counters moved by `delta` into `batch`; returns their new values.
+    fn move_pending(w: &Writer, batch: &mut sled::Batch, agent: &str, delta: i64) -> (u64, u64) {
+        let mine = moved(w.pending.get(agent).copied().unwrap_or(0), delta);
+        let total = moved(w.pending_total, delta);
+        batch.insert(key::pending(agent), &mine.to_be_bytes());
+        batch.insert(key::PENDING_TOTAL, &total.to_be_bytes());
+        (mine, total)
     }
 }
 
@@ -344,8 +478,9 @@ impl Store for SledStore {
     }
 
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
-        match self.proposals.get(id.as_str())? {
-            Some(v) => Ok(Some(decode_record(id.as_str().as_bytes(), &v)?)),
+        let k = key::record(id);
+        match self.tree.get(&k)? {
+            Some(v) => Ok(Some(decode_record(&k, &v)?)),
             None => Ok(None),
         }
     }
@@ -357,79 +492,89 @@ impl Store for SledStore {
         limits: PendingLimits,
     ) -> Result<(), StoreError> {
         let bytes = encode(rec)?;
-        let id = rec.id().as_str().as_bytes().to_vec();
-        let (sk, ak) = (status_key(rec), agent_key(rec));
-        let agent = &rec.preview.requested_by;
-        let pk = pending_key(agent);
-        let pending = rec.status() == Status::Pending;
-        let trees = (
-            &self.meta,
-            &self.proposals,
-            &self.by_status,
-            &self.by_agent,
-            &self.audit,
-            &self.counters,
-        );
-        tx_result(trees.transaction(|(meta, proposals, by_status, by_agent, audit, counters)| {
-            if proposals.get(&id)?.is_some() {
-                return Err(abort(StoreError::Exists(String::from_utf8_lossy(&id).into_owned())));
+        let (id, agent, created) = (rec.id(), &rec.preview.requested_by, rec.preview.created_at);
+        let rk = key::record(id);
+        let mut batch = sled::Batch::default();
+        batch.insert(rk.as_slice(), bytes);
+        batch.insert(key::by_status(rec.status(), created, id), &[]);
+        batch.insert(key::by_agent(agent, created, id), &[]);
+        if let Some(d) = rec.lifecycle.deadline() {
+            batch.insert(key::due(d, id), &[]);
+        }
+
+        let mut w = self.writer();
+        if self.tree.contains_key(&rk)? {
+            return Err(StoreError::Exists(id.to_string()));
+        }
+        let counters = if rec.status() == Status::Pending {
+            let (mine, total) = Self::move_pending(&w, &mut batch, agent.as_str(), 1);
+            if mine > limits.per_agent {
+                return Err(StoreError::Full(format!(
+                    "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
+                    limits.per_agent
+                )));
             }
-            if pending {
-                if bump(counters, &pk, 1)? > limits.per_agent {
-                    return Err(abort(StoreError::Full(format!(
-                        "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
-                        limits.per_agent
-                    ))));
-                }
-                if bump(counters, PENDING_TOTAL, 1)? > limits.total {
-                    return Err(abort(StoreError::Full(format!(
-                        "the server holds {} pending proposals, its limit: try again after approvers catch up",
-                        limits.total
-                    ))));
-                }
+            if total > limits.total {
+                return Err(StoreError::Full(format!(
+                    "the server holds {} pending proposals, its limit: try again after approvers catch up",
+                    limits.total
+                )));
             }
-            proposals.insert(id.as_slice(), bytes.as_slice())?;
-            by_status.insert(sk.as_slice(), &[] as &[u8])?;
-            by_agent.insert(ak.as_slice(), &[] as &[u8])?;
-            Self::append_audit(meta, audit, &events)?;
-            Ok(())
-        }))
+            Some((mine, total))
+        } else {
+            None
+        };
+        let head = Self::append_audit(&w, &mut batch, events)?;
+        self.tree.apply_batch(batch)?;
+        (w.seq, w.head) = head;
+        if let Some((mine, total)) = counters {
+            w.pending.insert(agent.to_string(), mine);
+            w.pending_total = total;
+        }
+        Ok(())
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
         let bytes = encode(new)?;
-        let id = new.id().as_str().as_bytes().to_vec();
-        let new_sk = status_key(new);
-        let pk = pending_key(&new.preview.requested_by);
-        let trees = (
-            &self.meta,
-            &self.proposals,
-            &self.by_status,
-            &self.audit,
-            &self.counters,
-        );
-        tx_result(
-            trees.transaction(|(meta, proposals, by_status, audit, counters)| {
-                let Some(cur) = proposals.get(&id)? else {
-                    return Ok(Cas::Missing);
-                };
-                let cur = decode_record(&id, &cur).map_err(abort)?;
-                if cur.revision + 1 != new.revision {
-                    return Ok(Cas::Conflict(Box::new(cur)));
-                }
-                by_status.remove(status_key(&cur))?;
-                by_status.insert(new_sk.as_slice(), &[] as &[u8])?;
-                let delta = i64::from(new.status() == Status::Pending)
-                    - i64::from(cur.status() == Status::Pending);
-                if delta != 0 {
-                    bump(counters, &pk, delta)?;
-                    bump(counters, PENDING_TOTAL, delta)?;
-                }
-                proposals.insert(id.as_slice(), bytes.as_slice())?;
-                Self::append_audit(meta, audit, &events)?;
-                Ok(Cas::Applied)
-            }),
-        )
+        let id = new.id();
+        let rk = key::record(id);
+        let mut w = self.writer();
+        let Some(cur_bytes) = self.tree.get(&rk)? else {
+            return Ok(Cas::Missing);
+        };
+        let cur = decode_indexed(&rk, &cur_bytes)?;
+        if cur.revision + 1 != new.revision || &cur.preview.proposal_id != id {
+            return Ok(Cas::Conflict(Box::new(decode_record(&rk, &cur_bytes)?)));
+        }
+        let created = cur.preview.created_at;
+        let mut batch = sled::Batch::default();
+        let (old_status, new_status) = (cur.lifecycle.status, new.status());
+        if old_status != new_status {
+            batch.remove(key::by_status(old_status, created, id));
+            batch.insert(key::by_status(new_status, created, id), &[]);
+        }
+        let (old_due, new_due) = (cur.lifecycle.deadline(), new.lifecycle.deadline());
+        if old_due != new_due {
+            if let Some(d) = old_due {
+                batch.remove(key::due(d, id));
+            }
+            if let Some(d) = new_due {
+                batch.insert(key::due(d, id), &[]);
+            }
+        }
+        let agent = cur.preview.requested_by.as_str();
+        let delta =
+            i64::from(new_status == Status::Pending) - i64::from(old_status == Status::Pending);
+        let counters = (delta != 0).then(|| Self::move_pending(&w, &mut batch, agent, delta));
+        batch.insert(rk.as_slice(), bytes);
+        let head = Self::append_audit(&w, &mut batch, events)?;
+        self.tree.apply_batch(batch)?;
+        (w.seq, w.head) = head;
+        if let Some((mine, total)) = counters {
+            w.pending.insert(agent.to_owned(), mine);
+            w.pending_total = total;
+        }
+        Ok(Cas::Applied)
     }
 
     fn put_policy(
@@ -437,34 +582,35 @@ impl Store for SledStore {
         hash: &Sha256Hex,
         canonical: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        if self.policies.get(hash.as_bytes())?.is_none() {
-            self.policies.insert(hash.as_bytes(), encode(canonical)?)?;
+        let k = key::policy(hash);
+        if !self.tree.contains_key(&k)? {
+            // Content-addressed: two racing writers write the same bytes.
+            self.tree.insert(k, encode(canonical)?)?;
         }
         Ok(())
     }
 
     fn get_policy(&self, hash: &Sha256Hex) -> Result<Option<serde_json::Value>, StoreError> {
-        match self.policies.get(hash.as_bytes())? {
+        let k = key::policy(hash);
+        match self.tree.get(&k)? {
             Some(v) => serde_json::from_slice(&v)
                 .map(Some)
-                .map_err(|e| StoreError::Corrupt {
-                    key: format!("policies/{hash}"),
-                    why: e.to_string(),
-                }),
+                .map_err(|e| corrupt(&k, e)),
             None => Ok(None),
         }
     }
 
     fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError> {
-        let key = match agent {
-            Some(a) => pending_key(a),
-            None => PENDING_TOTAL.to_vec(),
-        };
-        Ok(read_u64(self.counters.get(key)?))
+        let w = self.writer();
+        Ok(match agent {
+            Some(a) => w.pending.get(a.as_str()).copied().unwrap_or(0),
+            None => w.pending_total,
+        })
     }
 
     fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
-        self.scan_index(&self.by_status, status.as_str(), limit)
+        let prefix = key::index_prefix(key::BY_STATUS, status.as_str());
+        self.scan_index(&prefix, limit, |r| r.status() == status)
     }
 
     fn list_agent(
@@ -472,31 +618,50 @@ impl Store for SledStore {
         agent: &AgentName,
         limit: usize,
     ) -> Result<Vec<ProposalRecord>, StoreError> {
-        self.scan_index(&self.by_agent, agent.as_str(), limit)
+        let prefix = key::index_prefix(key::BY_AGENT, agent.as_str());
+        self.scan_index(&prefix, limit, |r| &r.preview.requested_by == agent)
+    }
+
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.tree.range(key::DUE.to_vec()..key::due_end(now)) {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, _) = item?;
+            let Some(id) = k.get(key::DUE.len() + 8..) else {
+                return Err(corrupt(&k, "index key too short"));
+            };
+            let rk = [key::RECORD, id].concat();
+            if let Some(v) = self.tree.get(&rk)? {
+                let rec = decode_record(&rk, &v)?;
+                if rec.lifecycle.is_expired_at(now) {
+                    out.push(rec);
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn count_status(&self, status: Status) -> Result<usize, StoreError> {
-        let mut p = status.as_str().as_bytes().to_vec();
-        p.push(0);
-        Ok(self.by_status.scan_prefix(&p).count())
+        let prefix = key::index_prefix(key::BY_STATUS, status.as_str());
+        Ok(self.tree.scan_prefix(prefix).count())
     }
 
     fn audit(&self) -> Result<AuditLog, StoreError> {
         let mut out = Vec::new();
-        for item in self.audit.iter() {
+        for item in self.tree.scan_prefix(key::AUDIT) {
             let (k, v) = item?;
             let e: AuditEntry = serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
-                key: format!("audit/{}", hex::encode(&k)),
+                key: format!("audit/{}", hex::encode(&k[key::AUDIT.len()..])),
                 why: e.to_string(),
             })?;
             out.push(e);
         }
-        let head = match self.meta.get(AUDIT_HEAD)? {
+        let head = match self.tree.get(key::AUDIT_HEAD)? {
             Some(v) => {
-                let h: Head = serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
-                    key: "audit_head".into(),
-                    why: e.to_string(),
-                })?;
+                let h: Head =
+                    serde_json::from_slice(&v).map_err(|e| corrupt(key::AUDIT_HEAD, e))?;
                 Some((h.seq, h.hash))
             }
             None => None,
@@ -513,7 +678,7 @@ impl Store for SledStore {
 impl SledStore {
     /// Test and tooling hook: overwrite one raw audit entry (to prove `audit verify` notices).
     pub fn tamper_audit_entry(&self, seq: u64, entry: &AuditEntry) -> Result<(), StoreError> {
-        self.audit.insert(seq.to_be_bytes(), encode(entry)?)?;
+        self.tree.insert(key::audit(seq), encode(entry)?)?;
         self.db.flush()?;
         Ok(())
     }
@@ -744,6 +909,41 @@ pub(crate) mod contract {
             store.update(&ghost, vec![]).unwrap(),
             Cas::Missing
         ));
+        // Deadlines: `due` hands over what has run out of time, earliest first, and
+        // nothing that is not yet due or can no longer expire.
+        let ids =
+            |v: Vec<ProposalRecord>| v.into_iter().map(|r| r.id().clone()).collect::<Vec<_>>();
+        let at = Timestamp::from_unix;
+        assert_eq!(ids(store.due(at(1_800_000_069), 10).unwrap()), vec![]);
+        assert_eq!(
+            ids(store.due(at(1_800_000_070), 10).unwrap()),
+            vec![a.id().clone()]
+        );
+        assert_eq!(
+            ids(store.due(at(1_800_001_801), 10).unwrap()),
+            vec![a.id().clone(), b.id().clone()]
+        );
+        assert_eq!(
+            ids(store.due(at(1_800_001_801), 1).unwrap()),
+            vec![a.id().clone()]
+        );
+        let withdrawn = b.with_lifecycle(b.lifecycle.withdraw(now).unwrap(), now);
+        assert!(matches!(
+            store
+                .update(&withdrawn, ev(AuditKind::Withdrawn, &withdrawn))
+                .unwrap(),
+            Cas::Applied
+        ));
+        assert_eq!(
+            ids(store.due(at(1_900_000_000), 10).unwrap()),
+            vec![a.id().clone()]
+        );
+        assert_eq!(store.pending_count(None).unwrap(), 0);
+        assert_eq!(
+            ids(store.list_status(Status::Withdrawn, 10).unwrap()),
+            vec![b.id().clone()]
+        );
+        assert_eq!(store.list_status(Status::Pending, 10).unwrap(), vec![]);
         // Policies are kept once per hash; storing one twice changes nothing.
         let ph = Sha256Hex::digest(b"policy");
         assert_eq!(store.get_policy(&ph).unwrap(), None);
@@ -759,8 +959,8 @@ pub(crate) mod contract {
         );
         // The audit chain has every event, in order, and verifies.
         let (entries, head) = store.audit().unwrap();
-        assert_eq!(entries.len(), 3);
-        assert_eq!(verify_chain(entries, head), Ok(3));
+        assert_eq!(entries.len(), 4);
+        assert_eq!(verify_chain(entries, head), Ok(4));
         store.flush_blocking().unwrap();
     }
 }
@@ -791,6 +991,67 @@ mod tests {
         let store = SledStore::open(dir.path()).unwrap();
         assert_eq!(store.server_id(), &id);
         assert_eq!(store.get(rec.id()).unwrap(), Some(rec));
+    }
+
+    /// The writer's in-memory state (audit head, pending counters) is loaded back on
+    /// open: the chain goes on where it stopped and the limits count what is there.
+    #[test]
+    fn chain_and_counters_continue_after_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let lim = PendingLimits {
+            per_agent: 2,
+            total: 10,
+        };
+        let ev = |r: &ProposalRecord| {
+            vec![AuditEvent {
+                kind: crate::audit::AuditKind::Proposed,
+                proposal_id: r.id().clone(),
+                at: r.updated_at,
+                detail: serde_json::json!({}),
+            }]
+        };
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            for i in 0..2 {
+                let r = contract::record(&format!("p-{i}"), "local", 1_800_000_000 + i);
+                store.create(&r, ev(&r), lim).unwrap();
+            }
+            store.flush_blocking().unwrap();
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        let local = AgentName::parse("local").unwrap();
+        assert_eq!(store.pending_count(Some(&local)).unwrap(), 2);
+        assert_eq!(store.pending_count(None).unwrap(), 2);
+        let r = contract::record("p-2", "local", 1_800_000_002);
+        assert!(matches!(
+            store.create(&r, ev(&r), lim),
+            Err(StoreError::Full(_))
+        ));
+        let r = contract::record("p-3", "other", 1_800_000_003);
+        store.create(&r, ev(&r), lim).unwrap();
+        let (entries, head) = store.audit().unwrap();
+        assert_eq!(crate::audit::verify_chain(entries, head), Ok(3));
+    }
+
+    /// A folder written by the multi-tree layout of earlier builds is refused with a
+    /// message that says what to do, and nothing is written into it.
+    #[test]
+    fn an_earlier_layout_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.open_tree("proposals")
+                .unwrap()
+                .insert("p-old", "{}")
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledStore::open(dir.path()).err().expect("refused");
+        assert!(matches!(err, StoreError::Layout(_)), "{err}");
+        assert!(err.to_string().contains("layout 1"), "{err}");
+        assert!(err.to_string().contains("--data"), "{err}");
+        let db = sled::open(dir.path()).unwrap();
+        assert!(!db.tree_names().iter().any(|n| n.as_ref() == b"state"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

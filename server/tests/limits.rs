@@ -799,6 +799,14 @@ impl Store for GatedStore {
     {
         self.inner.list_status(status, limit)
     }
+    fn due(
+        &self,
+        now: approval_core::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
+    {
+        self.inner.due(now, limit)
+    }
     fn list_agent(
         &self,
         agent: &approval_core::ids::AgentName,
