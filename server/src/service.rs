@@ -716,12 +716,14 @@ impl Service {
                 d.approver, rec.preview.kind
             )));
         }
-        d.verify(&key, &rec.preview_sha256).map_err(|_| {
-            forbidden(format!(
+        // Memoised: the quorum count inside the transition and the answer's view
+        // check this same signature again, and should not redo the Ed25519 math.
+        if !self.verified.verify(&key, &d, &rec.preview_sha256) {
+            return Err(forbidden(format!(
                 "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring",
                 d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision
-            ))
-        })?;
+            )));
+        }
         if let Some(prev) = rec
             .decisions
             .iter()
