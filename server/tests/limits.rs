@@ -643,6 +643,52 @@ async fn fifty_slow_loris_sockets_do_not_stop_other_clients() {
     assert_eq!(s.snapshot().0, before.0 + 1);
 }
 
+/// More trickling sockets than the server has connection slots: the slots above
+/// the pressure mark turn over on the short fuse, so a normal client waits about
+/// that long in the backlog, not the full header time-out (it waited 8.4 s before
+/// the short fuse existed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_slow_sockets_than_slots_delay_others_by_the_short_fuse_only() {
+    use approval_server::listener::{
+        HEADER_READ_TIMEOUT, MAX_CONNECTIONS, PRESSURED_HEADER_TIMEOUT,
+    };
+    let s = start_default().await;
+    let n = MAX_CONNECTIONS + 76;
+    let mut socks = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut c = TcpStream::connect(s.addr)
+            .await
+            .unwrap_or_else(|e| panic!("socket {i} of {n}: {e} (is `ulimit -n` above {n}?)"));
+        c.write_all(b"GET /healthz HTT").await.unwrap();
+        socks.push(c);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickling = stop.clone();
+    let trickle = tokio::spawn(async move {
+        while !trickling.load(std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            for c in socks.iter_mut() {
+                let _ = c.write_all(b"P").await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let r = s.http.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let healthz = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = trickle.await;
+    eprintln!(
+        "with {n} slow-loris sockets ({MAX_CONNECTIONS} slots): healthz answered after {healthz:?} \
+         (short fuse {PRESSURED_HEADER_TIMEOUT:?}, full time-out {HEADER_READ_TIMEOUT:?})"
+    );
+    assert!(
+        healthz < HEADER_READ_TIMEOUT / 2,
+        "healthz waited {healthz:?} behind {n} slow sockets: the short fuse did not free slots"
+    );
+}
+
 #[tokio::test]
 async fn a_read_signed_more_than_300_s_away_is_401() {
     let s = start_default().await;
