@@ -87,9 +87,16 @@ pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    // Called by reference: mounting the service with `nest_service` made axum clone
+    // it (and its host and origin lists) for every request.
+    let service = Arc::new(service);
+    let mcp = move |req: Request| {
+        let service = service.clone();
+        async move { service.handle(req).await.map(Body::new) }
+    };
     let state = McpState { svc };
     Router::new()
-        .nest_service("/mcp", service)
+        .route("/mcp", axum::routing::any(mcp))
         .layer(middleware::from_fn(exact_json))
         .layer(middleware::from_fn_with_state(state, authenticate))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
