@@ -20,4 +20,5 @@ pub mod record;
 pub mod run;
 pub mod service;
 pub mod store;
+pub mod throttle;
 pub mod verify_cache;

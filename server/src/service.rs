@@ -69,7 +69,7 @@ impl ServiceError {
         self
     }
 
-    fn retry(mut self, yes: bool) -> Self {
+    pub(crate) fn retry(mut self, yes: bool) -> Self {
         self.retry_allowed = yes;
         self
     }
@@ -122,6 +122,7 @@ pub struct Service {
     exec: ExecContext,
     limits: PendingLimits,
     verified: crate::verify_cache::VerifyCache,
+    bad_signatures: crate::throttle::BadSignatures,
     /// Policies no longer in force that records still refer to, parsed once.
     old_policies: std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>,
 }
@@ -181,6 +182,7 @@ impl Service {
             exec,
             limits,
             verified: Default::default(),
+            bad_signatures: Default::default(),
             old_policies: Default::default(),
         })
     }
@@ -336,6 +338,11 @@ impl Service {
             at: now,
             detail,
         }
+    }
+
+    /// The failed-signature budget the approver API's signed reads share with decisions.
+    pub fn bad_signatures(&self) -> &crate::throttle::BadSignatures {
+        &self.bad_signatures
     }
 
     /// `approval_prepare`.
@@ -716,9 +723,11 @@ impl Service {
                 d.approver, rec.preview.kind
             )));
         }
+        self.bad_signatures.check(&d.approver, self.now())?;
         // Memoised: the quorum count inside the transition and the answer's view
         // check this same signature again, and should not redo the Ed25519 math.
         if !self.verified.verify(&key, &d, &rec.preview_sha256) {
+            self.bad_signatures.failed(&d.approver, self.now());
             return Err(forbidden(format!(
                 "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring",
                 d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision

@@ -969,6 +969,22 @@ pub(crate) mod contract {
 mod tests {
     use super::*;
 
+    /// Opens a store just closed in this process. sled's background flusher lets go
+    /// of the folder's lock a moment after the `Db` is dropped, so a reopen in the
+    /// same process may briefly see it held (a new process never does).
+    fn reopen(dir: &Path) -> SledStore {
+        for _ in 0..100 {
+            match SledStore::open(dir) {
+                Ok(s) => return s,
+                Err(StoreError::Backend(e)) if e.contains("could not acquire lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("the store's lock was still held after 2 s");
+    }
+
     #[test]
     fn sled_store_passes_the_contract() {
         let dir = tempfile::tempdir().unwrap();
@@ -988,7 +1004,7 @@ mod tests {
             store.flush_blocking().unwrap();
             store.server_id().clone()
         };
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = reopen(dir.path());
         assert_eq!(store.server_id(), &id);
         assert_eq!(store.get(rec.id()).unwrap(), Some(rec));
     }
@@ -1018,7 +1034,7 @@ mod tests {
             }
             store.flush_blocking().unwrap();
         }
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = reopen(dir.path());
         let local = AgentName::parse("local").unwrap();
         assert_eq!(store.pending_count(Some(&local)).unwrap(), 2);
         assert_eq!(store.pending_count(None).unwrap(), 2);

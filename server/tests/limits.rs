@@ -720,6 +720,53 @@ async fn a_read_signed_more_than_300_s_away_is_401() {
     assert_eq!(s.snapshot(), before);
 }
 
+/// Forgeries in one approver's name use up that name's budget of failed checks;
+/// after it, decisions and reads in that name are refused without verifying (429,
+/// LIMIT_EXCEEDED) until the window ends. Other approvers are not affected.
+#[tokio::test]
+async fn forged_signatures_in_one_name_lock_that_name_out_for_the_window() {
+    use approval_server::throttle::{BUDGET, WINDOW_SECS};
+    let s = start_default().await;
+    let (id, hash) = s.prepare("x").await;
+    let before = s.snapshot();
+    let mut forged = Srv::signed("bob", Decision::Approve, &hash, "");
+    forged["approver"] = json!("alice");
+    for i in 0..BUDGET {
+        let (code, v) = s.post_decision(&id, forged.to_string()).await;
+        assert_eq!(code, 403, "forgery {i}: {v}");
+        assert_eq!(v["code"], "INVALID_SIGNATURE", "{v}");
+    }
+    // Now even alice's genuine decision and read are refused, and say why.
+    let genuine = Srv::signed("alice", Decision::Approve, &hash, "").to_string();
+    let (code, v) = s.post_decision(&id, genuine.clone()).await;
+    assert_eq!(code, 429, "{v}");
+    assert_eq!(v["code"], "LIMIT_EXCEEDED", "{v}");
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("alice") && message.contains("forging"),
+        "{v}"
+    );
+    let (code, v) = s
+        .get_signed_as("alice", "alice", s.now(), &format!("/v1/proposals/{id}"))
+        .await;
+    assert_eq!(code, 429, "{v}");
+    assert_eq!(s.snapshot(), before, "nothing was recorded");
+    // Bob is not affected.
+    let (code, v) = s
+        .post_decision(
+            &id,
+            Srv::signed("bob", Decision::Approve, &hash, "").to_string(),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    // After the window, alice is heard again.
+    s.clock.advance(WINDOW_SECS);
+    let (code, v) = s.post_decision(&id, genuine).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["recorded"], true, "{v}");
+    assert_eq!(v["proposal"]["quorum"]["have"], 2, "{v}");
+}
+
 #[tokio::test]
 async fn a_read_signed_with_another_approvers_key_is_401() {
     let s = start_default().await;
