@@ -202,8 +202,16 @@ async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
     ))
 }
 
-async fn healthz(State(st): State<ApiState>) -> Json<Value> {
-    Json(json!({"status": "ok", "server_id": st.svc.store().server_id()}))
+async fn healthz(State(st): State<ApiState>) -> Response {
+    let server_id = st.svc.store().server_id();
+    match st.svc.store().failure() {
+        None => Json(json!({"status": "ok", "server_id": server_id})).into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "failed", "server_id": server_id, "why": why})),
+        )
+            .into_response(),
+    }
 }
 
 #[derive(Deserialize)]

@@ -202,12 +202,21 @@ async fn webhook(
     let resp = match req.send().await {
         Ok(r) => r,
         Err(e) if e.is_connect() || e.is_builder() => {
-            return ExecReport::new(Outcome::Failed, format!("not sent: {e}"));
+            return ExecReport::new(Outcome::Failed, format!("not sent: {}", causes(&e)));
+        }
+        Err(e) if e.is_timeout() => {
+            return ExecReport::new(
+                Outcome::Unknown,
+                format!(
+                    "no answer within {}s: the request may have been delivered and the receiver may have acted",
+                    timeout.as_secs()
+                ),
+            );
         }
         Err(e) => {
             return ExecReport::new(
                 Outcome::Unknown,
-                format!("sent, then {e}: the receiver may have acted"),
+                format!("sent, then {}: the receiver may have acted", causes(&e)),
             );
         }
     };
@@ -219,6 +228,23 @@ async fn webhook(
         Outcome::Failed
     };
     ExecReport::new(outcome, format!("HTTP {status}: {excerpt_body}"))
+}
+
+/// An error and its causes, for the stored detail: reqwest's own text ("error sending
+/// request for url ...") does not say whether the connection was reset or refused, and a
+/// human settling an OUTCOME_UNKNOWN needs to know.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(c) = next {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        next = c.source();
+    }
+    text
 }
 
 async fn read_bounded_response(mut resp: reqwest::Response) -> String {
@@ -499,11 +525,12 @@ mod tests {
                 .outcome,
             Outcome::Failed
         );
-        assert_eq!(
-            run(&hook("/hang", 1), &ctx, &id(), &p, &receipt())
-                .await
-                .outcome,
-            Outcome::Unknown
+        let hang = run(&hook("/hang", 1), &ctx, &id(), &p, &receipt()).await;
+        assert_eq!(hang.outcome, Outcome::Unknown);
+        assert!(
+            hang.detail.contains("no answer within 1s"),
+            "{}",
+            hang.detail
         );
         // Nothing listens on port 1: refused before sending.
         let refused = ExecutorConfig::Webhook {
@@ -511,9 +538,12 @@ mod tests {
             timeout: Seconds::new(5),
             headers: Default::default(),
         };
-        assert_eq!(
-            run(&refused, &ctx, &id(), &p, &receipt()).await.outcome,
-            Outcome::Failed
+        let refused = run(&refused, &ctx, &id(), &p, &receipt()).await;
+        assert_eq!(refused.outcome, Outcome::Failed);
+        assert!(
+            refused.detail.starts_with("not sent: ") && refused.detail.contains("refused"),
+            "the cause should be named: {}",
+            refused.detail
         );
     }
 }

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod executor;
+pub mod failstop;
 pub mod http;
 pub mod listener;
 pub mod mcp;

@@ -7,6 +7,7 @@
 use crate::clock::SystemClock;
 use crate::config::ConfigSource;
 use crate::executor::ExecContext;
+use crate::failstop::FailStop;
 use crate::http::{self, McpOptions};
 use crate::service::Service;
 use crate::store::{SledStore, Store};
@@ -49,13 +50,14 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
             .with_context(|| format!("cannot restrict {} to its owner", opts.data.display()))?;
     }
     let config = opts.source.load().context("configuration refused")?;
-    let store: Arc<dyn Store> =
+    let sled: Arc<dyn Store> =
         Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
             format!(
                 "cannot open the store in {} (is another server using it?)",
                 opts.data.display()
             )
         })?);
+    let store: Arc<dyn Store> = Arc::new(FailStop::new(sled, FailStop::exit_process));
     let svc = Service::with_limits(
         store,
         config,

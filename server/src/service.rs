@@ -83,7 +83,12 @@ impl From<StoreError> for ServiceError {
         tracing::error!(error = %e, "storage failure");
         ServiceError::new(
             Code::Internal,
-            format!("the server could not store this: {e}; nothing was changed, try again"),
+            format!(
+                "the server could not store this: {e}. It stops so that a restart recovers from \
+                 its log, and keeps everything it acknowledged before. Whether this request took \
+                 effect is not known: once the server is back, check with approval_status before \
+                 trying again"
+            ),
         )
         .retry(true)
     }
@@ -607,6 +612,7 @@ impl Service {
                 },
             };
         tracing::info!(id = %claimed.id(), outcome = ?report.outcome, "executed");
+        let (outcome, detail) = (report.outcome, executor::excerpt(&report.detail));
         self.transition(claimed.id(), |cur, now| {
             let life = cur
                 .lifecycle
@@ -628,6 +634,23 @@ impl Service {
             Ok(Some((next, vec![ev])))
         })
         .await
+        .map_err(|e| {
+            if e.code != Code::Internal {
+                return e;
+            }
+            // The effect happened; only its record is missing. Saying "try again" here
+            // would invite a second run, which the claim refuses anyway.
+            ServiceError::new(
+                Code::OutcomeUnknown,
+                format!(
+                    "the action ran (the executor reported {outcome:?}: {detail}) but the server \
+                     could not record the outcome ({}). Do not execute it again: once the server \
+                     is back the proposal shows OUTCOME_UNKNOWN for a human to resolve",
+                    e.message
+                ),
+            )
+            .about(&claimed, self.now())
+        })
     }
 
     /// Whether an approver may see (and sign) a record.

@@ -140,6 +140,10 @@ pub trait Store: Send + Sync + 'static {
     fn audit(&self) -> Result<AuditLog, StoreError>;
     /// Makes every write so far durable (fsync). Blocking.
     fn flush_blocking(&self) -> Result<(), StoreError>;
+    /// Why the store stopped working, once it has (see `failstop`).
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Keys in the one sled tree: a short prefix per kind of entry, then fixed-width
@@ -747,7 +751,13 @@ impl GroupCommit {
                 );
                 self.fsyncs.fetch_add(1, Ordering::Relaxed);
                 drop(guard);
-                r?;
+                if let Err(e) = r {
+                    // Wake the writers waiting on this flush without advancing the mark:
+                    // each tries a flush of its own and gets its own error, rather than
+                    // waiting for a success that will not come.
+                    self.completed.send_modify(|_| {});
+                    return Err(e);
+                }
                 self.completed.send_modify(|c| *c = (*c).max(target));
             } else if done.changed().await.is_err() {
                 return Err(StoreError::Backend("flusher stopped".into()));

@@ -164,6 +164,15 @@ impl World {
         Ok(line)
     }
 
+    /// Reads `name`'s secret key file (made by `signer-cli keygen`), to sign in-process.
+    pub fn secret_key(&self, name: &str) -> Result<approval_core::keyring::SecretKey> {
+        let path = self.key_file(name);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        approval_core::keyring::SecretKey::parse(&text)
+            .map_err(|e| anyhow!("{}: {e}", path.display()))
+    }
+
     /// Appends a line to the keyring.
     pub fn add_to_keyring(&self, line: &str) -> Result<()> {
         use std::io::Write;
@@ -287,12 +296,27 @@ impl Server {
 
     /// Starts with options; waits for the two lines it prints once listening.
     pub fn start_with(opts: &ServerOptions) -> Result<Self> {
+        Self::start_via(opts, &[])
+    }
+
+    /// Starts `approval-server serve` through a launcher: `launcher[0]` is run with
+    /// the rest of `launcher`, then the server binary's path, then `serve` and its
+    /// flags (for example `/bin/sh -c 'ulimit -S -f 64; exec "$0" "$@"'`, which
+    /// must `exec` so that [`Server::pid`] is the server's). Empty: the server itself.
+    pub fn start_via(opts: &ServerOptions, launcher: &[std::ffi::OsString]) -> Result<Self> {
         let n = SERVER_SEQ.fetch_add(1, Ordering::SeqCst);
         let log_dir = opts.data.parent().unwrap_or(&opts.data).to_path_buf();
         let log_path = log_dir.join(format!("server-{}-{n}.log", std::process::id()));
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
-        let mut cmd = Command::new(bin("approval-server"));
+        let mut cmd = match launcher.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("approval-server"));
+                c
+            }
+            None => Command::new(bin("approval-server")),
+        };
         cmd.arg("serve")
             .arg("--data")
             .arg(&opts.data)
@@ -382,6 +406,66 @@ impl Server {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// SIGTERM through `/bin/kill` (a graceful stop: in-flight requests finish, the
+    /// store is flushed), then waits up to `timeout` for the exit; SIGKILLs it if it
+    /// is still running then. Returns the exit status, `None` when it had to be killed.
+    pub fn stop(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
+        let Some(mut c) = self.child.take() else {
+            return Ok(None);
+        };
+        let st = Command::new("/bin/kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .context("cannot run /bin/kill")?;
+        if !st.success() {
+            if let Ok(Some(exited)) = c.try_wait() {
+                return Ok(Some(exited));
+            }
+            bail!("/bin/kill -TERM {} failed: {st}", self.pid);
+        }
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(exited) = c.try_wait()? {
+                return Ok(Some(exited));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        Ok(None)
+    }
+
+    /// Posts a decision signed in-process with `key` (as `signer-cli` would sign it,
+    /// without its prompts or a process per call) to `POST /v1/proposals/{id}/decisions`.
+    /// Returns the HTTP status and the JSON body (`Value::Null` when it is not JSON).
+    pub async fn post_decision(
+        &self,
+        key: &approval_core::keyring::SecretKey,
+        id: &str,
+        preview_sha256: &str,
+        decision: approval_core::message::Decision,
+        reason: &str,
+    ) -> Result<(u16, Value)> {
+        let hash = approval_core::Sha256Hex::parse(preview_sha256)
+            .map_err(|e| anyhow!("not a preview hash {preview_sha256:?}: {e}"))?;
+        let signed = approval_core::message::SignedDecision::sign(
+            &key.key,
+            key.name.clone(),
+            decision,
+            &hash,
+            reason,
+        )
+        .map_err(|e| anyhow!("cannot sign: {e}"))?;
+        let r = http_client()
+            .post(format!("{}/v1/proposals/{id}/decisions", self.api_url))
+            .json(&signed)
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        let text = r.text().await?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
     /// Whether the process is still running.
