@@ -99,8 +99,9 @@ impl FailStop {
 
     fn refused(&self) -> Result<(), StoreError> {
         match self.failed.get() {
-            Some(why) => Err(StoreError::Backend(format!(
-                "the store failed earlier ({why}); the server is stopping and must be restarted"
+            Some(why) => Err(StoreError::Stopped(format!(
+                "the server's store failed earlier ({why}); it is stopping and must be restarted. \
+                 This request read and changed nothing: try it again once the server is back"
             ))),
             None => Ok(()),
         }

@@ -77,8 +77,10 @@ impl ServiceError {
 
 impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
-        if let StoreError::Full(m) = e {
-            return ServiceError::new(Code::LimitExceeded, m).retry(true);
+        match e {
+            StoreError::Full(m) => return ServiceError::new(Code::LimitExceeded, m).retry(true),
+            StoreError::Stopped(m) => return ServiceError::new(Code::Internal, m).retry(true),
+            _ => {}
         }
         tracing::error!(error = %e, "storage failure");
         ServiceError::new(
@@ -640,13 +642,14 @@ impl Service {
             }
             // The effect happened; only its record is missing. Saying "try again" here
             // would invite a second run, which the claim refuses anyway.
+            let cause = e.message.split(". It stops").next().unwrap_or(&e.message);
             ServiceError::new(
                 Code::OutcomeUnknown,
                 format!(
                     "the action ran (the executor reported {outcome:?}: {detail}) but the server \
-                     could not record the outcome ({}). Do not execute it again: once the server \
-                     is back the proposal shows OUTCOME_UNKNOWN for a human to resolve",
-                    e.message
+                     could not record the outcome ({cause}); it stops so that a restart recovers. \
+                     Do not execute it again: once the server is back the proposal shows \
+                     OUTCOME_UNKNOWN for a human to resolve"
                 ),
             )
             .about(&claimed, self.now())

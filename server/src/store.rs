@@ -48,6 +48,9 @@ pub enum StoreError {
         /// Why.
         why: String,
     },
+    /// An earlier failure stopped the store; the server is exiting (see `failstop`).
+    #[error("{0}")]
+    Stopped(String),
     /// The data folder was written in a layout this build does not read.
     #[error("{0}")]
     Layout(String),

@@ -437,6 +437,27 @@ impl Server {
         Ok(None)
     }
 
+    /// Waits up to `timeout` for the process to exit by itself (no signal is sent).
+    /// Returns its exit status, or `None` if it is still running then (it is left
+    /// running). Once it has exited, [`Server::stop`] and [`Server::kill`] do nothing.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
+        let Some(c) = self.child.as_mut() else {
+            bail!("the server was already stopped or reaped");
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(exited) = c.try_wait()? {
+                // Reaped: its pid may be reused, so never signal it again.
+                self.child = None;
+                return Ok(Some(exited));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Posts a decision signed in-process with `key` (as `signer-cli` would sign it,
     /// without its prompts or a process per call) to `POST /v1/proposals/{id}/decisions`.
     /// Returns the HTTP status and the JSON body (`Value::Null` when it is not JSON).
