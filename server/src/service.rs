@@ -49,6 +49,9 @@ pub struct ServiceError {
     pub retry_allowed: bool,
     /// The proposal, where there is one.
     pub proposal_id: Option<ProposalId>,
+    /// The store's own words, when the store failed (for callers that must tell
+    /// the client more than the generic storage message).
+    pub storage_failure: Option<String>,
 }
 
 impl ServiceError {
@@ -60,6 +63,7 @@ impl ServiceError {
             status: None,
             retry_allowed: false,
             proposal_id: None,
+            storage_failure: None,
         }
     }
 
@@ -79,11 +83,15 @@ impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Full(m) => return ServiceError::new(Code::LimitExceeded, m).retry(true),
-            StoreError::Stopped(m) => return ServiceError::new(Code::Internal, m).retry(true),
+            StoreError::Stopped(m) => {
+                let mut refusal = ServiceError::new(Code::Internal, m.clone()).retry(true);
+                refusal.storage_failure = Some(m);
+                return refusal;
+            }
             _ => {}
         }
         tracing::error!(error = %e, "storage failure");
-        ServiceError::new(
+        let mut refusal = ServiceError::new(
             Code::Internal,
             format!(
                 "the server could not store this: {e}. It stops so that a restart recovers from \
@@ -92,7 +100,9 @@ impl From<StoreError> for ServiceError {
                  trying again"
             ),
         )
-        .retry(true)
+        .retry(true);
+        refusal.storage_failure = Some(e.to_string());
+        refusal
     }
 }
 
@@ -637,12 +647,11 @@ impl Service {
         })
         .await
         .map_err(|e| {
-            if e.code != Code::Internal {
+            let Some(cause) = &e.storage_failure else {
                 return e;
-            }
+            };
             // The effect happened; only its record is missing. Saying "try again" here
             // would invite a second run, which the claim refuses anyway.
-            let cause = e.message.split(". It stops").next().unwrap_or(&e.message);
             ServiceError::new(
                 Code::OutcomeUnknown,
                 format!(

@@ -469,6 +469,27 @@ impl SledStore {
         Ok((seq, prev))
     }
 
+    /// Seals `events` into `batch`, applies it atomically, and only then advances the
+    /// writer's in-memory state (audit head, `agent`'s and the total pending counters
+    /// when they moved), so a failed write leaves that state as it was.
+    fn apply(
+        &self,
+        w: &mut Writer,
+        mut batch: sled::Batch,
+        events: Vec<AuditEvent>,
+        agent: &str,
+        counters: Option<(u64, u64)>,
+    ) -> Result<(), StoreError> {
+        let head = Self::append_audit(w, &mut batch, events)?;
+        self.tree.apply_batch(batch)?;
+        (w.seq, w.head) = head;
+        if let Some((mine, total)) = counters {
+            w.pending.insert(agent.to_owned(), mine);
+            w.pending_total = total;
+        }
+        Ok(())
+    }
+
     /// Writes the pending counters moved by `delta` into `batch`; returns their new values.
     fn move_pending(w: &Writer, batch: &mut sled::Batch, agent: &str, delta: i64) -> (u64, u64) {
         let mine = moved(w.pending.get(agent).copied().unwrap_or(0), delta);
@@ -531,14 +552,7 @@ impl Store for SledStore {
         } else {
             None
         };
-        let head = Self::append_audit(&w, &mut batch, events)?;
-        self.tree.apply_batch(batch)?;
-        (w.seq, w.head) = head;
-        if let Some((mine, total)) = counters {
-            w.pending.insert(agent.to_string(), mine);
-            w.pending_total = total;
-        }
-        Ok(())
+        self.apply(&mut w, batch, events, agent.as_str(), counters)
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
@@ -574,13 +588,7 @@ impl Store for SledStore {
             i64::from(new_status == Status::Pending) - i64::from(old_status == Status::Pending);
         let counters = (delta != 0).then(|| Self::move_pending(&w, &mut batch, agent, delta));
         batch.insert(rk.as_slice(), bytes);
-        let head = Self::append_audit(&w, &mut batch, events)?;
-        self.tree.apply_batch(batch)?;
-        (w.seq, w.head) = head;
-        if let Some((mine, total)) = counters {
-            w.pending.insert(agent.to_owned(), mine);
-            w.pending_total = total;
-        }
+        self.apply(&mut w, batch, events, agent, counters)?;
         Ok(Cas::Applied)
     }
 

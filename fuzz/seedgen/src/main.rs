@@ -2,60 +2,19 @@
 //!
 //! Run from anywhere: `cargo run --manifest-path fuzz/Cargo.toml -p approval-fuzz-seedgen`.
 //! Signed seeds (receipts, signed reads, signed decision bodies) use the fixed
-//! fuzz keyring of `fuzz/src/lib.rs` (seed = SHA-256("approval fuzz key <name>")),
+//! fuzz keyring of `fuzz/src/fixtures.rs` (seed = SHA-256("approval fuzz key <name>")),
 //! so they verify inside the targets. Other seeds come from the project's own
 //! vectors (`core/tests/vectors`) and, when present, `../shared/vectors`.
 
-use approval_core::ids::{AgentName, Kind, ProposalId, ServerId};
-use approval_core::keyring::SecretKey;
 use approval_core::message::{decision_message, sign_read, Decision, SignedDecision};
 use approval_core::receipt::Receipt;
-use approval_core::{ApproverName, Keyring, Policy, Preview, Sha256Hex, Timestamp};
+use approval_core::{Keyring, Policy, Sha256Hex};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-const NAMES: [&str; 3] = ["alice", "bob", "carol"];
-const NOW: i64 = 1_800_000_000;
-const POLICY: &str = r#"kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob", "carol"]
-vetoes = 1
-ttl = "30m"
-execute_within = "10m"
-[[require]]
-group = ["carol"]
-count = 1
-[executor]
-type = "note"
-"#;
-
-fn secret(name: &str) -> SecretKey {
-    let seed = Sha256Hex::digest(format!("approval fuzz key {name}").as_bytes());
-    SecretKey::from_seed(ApproverName::parse(name).unwrap(), *seed.as_bytes())
-}
-
-fn keyring_text() -> String {
-    NAMES
-        .iter()
-        .map(|n| secret(n).keyring_line() + "\n")
-        .collect()
-}
-
-fn preview(payload: Value, policy: &Policy) -> Preview {
-    Preview {
-        v: 1,
-        server_id: ServerId::parse("srv-fuzz0000").unwrap(),
-        proposal_id: ProposalId::parse("p-fuzz").unwrap(),
-        kind: Kind::parse("note.write").unwrap(),
-        payload,
-        summary: "fuzz".into(),
-        requested_by: AgentName::parse("local").unwrap(),
-        created_at: Timestamp::from_unix(NOW),
-        expires_at: Timestamp::from_unix(NOW + 1800),
-        policy_sha256: policy.sha256(),
-    }
-}
+#[path = "../../src/fixtures.rs"]
+mod fixtures;
+use fixtures::{keyring_text, preview, secret, NAMES, NOW, POLICY};
 
 fn sign(name: &str, d: Decision, h: &Sha256Hex, reason: &str) -> SignedDecision {
     let k = secret(name);
@@ -85,7 +44,7 @@ fn main() {
     let keyring = Keyring::parse(&keyring_text()).unwrap();
 
     // receipt_verify: receipts that verify, and near misses.
-    let p = preview(json!({"text": "hello"}), &policy);
+    let p = preview(json!({"text": "hello"}));
     let h = p.sha256();
     let cases: Vec<(&str, Vec<SignedDecision>)> = vec![
         (
@@ -133,7 +92,6 @@ fn main() {
     // A payload with numbers and odd strings.
     let p2 = preview(
         json!({"n": [0, -1, 1.5, 5e-324, 1e21, 9007199254740992_u64], "s": "\u{202e}\u{0}\u{2028}😀"}),
-        &policy,
     );
     let h2 = p2.sha256();
     let r = Receipt::build(
