@@ -7,7 +7,7 @@
 
 use crate::record::ProposalRecord;
 use crate::service::{Service, ServiceError};
-use approval_core::message::{verify_read, ReadAuthError, SignedDecision};
+use approval_core::message::{ReadAuth, ReadAuthError, SignedDecision};
 use approval_core::quorum::QuorumOutcome;
 use approval_core::status::Status;
 use approval_core::{ApproverName, Code};
@@ -115,33 +115,26 @@ impl axum::extract::FromRequestParts<ApiState> for Reader {
             .map(|u| &u.0)
             .unwrap_or(&parts.uri);
         let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let config = st.svc.config();
-        // The name the header claims, if it is in the keyring: only those names can
-        // cost a verification, so only they are counted.
-        let claimed = header
-            .split(' ')
-            .nth(1)
-            .and_then(|n| ApproverName::parse(n).ok())
-            .filter(|n| config.keyring.get(n).is_some());
-        if let Some(name) = &claimed {
-            st.svc
-                .bad_signatures()
-                .check(name, st.svc.now())
-                .map_err(ApiError)?;
-        }
-        verify_read(
-            &config.keyring,
-            header,
+        let unauthorized =
+            |e: ReadAuthError| ApiError(ServiceError::new(Code::Unauthorized, e.to_string()));
+        let auth = ReadAuth::parse(header).map_err(unauthorized)?;
+        // Meter failed checks per claimed approver before spending a verification.
+        let budget = st.svc.bad_signatures();
+        budget
+            .check(&auth.approver, st.svc.now())
+            .map_err(ApiError)?;
+        auth.verify(
+            &st.svc.config().keyring,
             parts.method.as_str(),
             path,
             st.svc.now(),
         )
         .map(Reader)
         .map_err(|e| {
-            if let (ReadAuthError::BadSignature, Some(name)) = (&e, &claimed) {
-                st.svc.bad_signatures().failed(name, st.svc.now());
+            if e == ReadAuthError::BadSignature {
+                budget.failed(&auth.approver, st.svc.now());
             }
-            ApiError(ServiceError::new(Code::Unauthorized, e.to_string()))
+            unauthorized(e)
         })
     }
 }
