@@ -3,15 +3,19 @@
 //! - A receipt's JSON text: any one-byte change is refused by
 //!   `Receipt::from_json_text` + `verify_receipt`, unless it is one of the
 //!   spellings JSON gives for the same value — whitespace between tokens, the case
-//!   of a hex digit in a `\u` escape, the case of a number's exponent `e` — in which
-//!   case the receipt read back is *identical* (`==`) to the original. Those
-//!   classes are handled explicitly: any accepted change outside them fails the
-//!   test, and every whitespace swap between tokens is checked to be accepted.
+//!   of a hex digit in a `\u` escape, the case of a number's exponent `e`, an
+//!   exponent's `+` as a leading `0`, a minus on a zero — in which case the receipt
+//!   read back is *identical* (`==`) to the original. Those classes are handled
+//!   explicitly: any accepted change outside them fails the test, and every
+//!   whitespace swap between tokens is checked to be accepted. Every byte value
+//!   at every position is tried, not a sample.
 //! - A signed decision: any change to its signature bytes, reason, decision word
 //!   or the preview hash it covers, and any one-byte change to its JSON body, is
 //!   refused by `SignedDecision::verify` (or by parsing).
 //!
-//! Self-contained: keys come from fixed seeds here (SHA-256 of "byte-flip key <name>").
+//! Keys come from fixed seeds here (SHA-256 of "byte-flip key <name>").
+
+mod common;
 
 use approval_core::json;
 use approval_core::keyring::PublicKey;
@@ -180,11 +184,15 @@ fn equivalent_spelling(text: &[u8], i: usize, at: At, new: u8) -> bool {
     let exponent_sign = i > 0
         && matches!(text[i - 1], b'e' | b'E')
         && text.get(i + 1).is_some_and(u8::is_ascii_digit);
+    // A minus in front of a zero is the same number: JSON's `-0` is `0` (RFC 8785
+    // writes both as `0`, so the preview hash cannot tell them apart either).
+    let signs_a_zero = new == b'-' && number_at(text, i + 1).is_some_and(|n| n == 0.0);
     match at {
         At::Outside => {
             (is_ws(old) && is_ws(new))
                 || matches!((old, new), (b'e', b'E') | (b'E', b'e'))
                 || (exponent_sign && matches!((old, new), (b'+', b'0') | (b'0', b'+')))
+                || (is_ws(old) && signs_a_zero)
         }
         At::EscapeHex => {
             old.is_ascii_hexdigit()
@@ -194,6 +202,16 @@ fn equivalent_spelling(text: &[u8], i: usize, at: At, new: u8) -> bool {
         }
         At::InString => false,
     }
+}
+
+/// The number whose token starts at `start`, if one does.
+fn number_at(text: &[u8], start: usize) -> Option<f64> {
+    let rest = text.get(start..)?;
+    let len = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
+        .count();
+    std::str::from_utf8(&rest[..len]).ok()?.parse().ok()
 }
 
 /// Reads and verifies a receipt from bytes: `Ok(receipt)` only if it verifies.
@@ -243,32 +261,9 @@ fn check_receipt_flip(pretty: bool, i: usize, new: u8) -> Result<(), TestCaseErr
     Ok(())
 }
 
-fn cases(default: u32) -> u32 {
-    std::env::var("BYTE_FLIP_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-proptest! {
-    // BYTE_FLIP_CASES=100000 runs more cases by hand.
-    #![proptest_config(ProptestConfig { cases: cases(2000), ..ProptestConfig::default() })]
-
-    #[test]
-    fn any_single_byte_change_to_a_receipt_is_refused_or_an_identical_spelling(
-        pretty in any::<bool>(),
-        idx in any::<prop::sample::Index>(),
-        new in any::<u8>(),
-    ) {
-        let f = fixture();
-        let len = if pretty { f.pretty.len() } else { f.compact.len() };
-        check_receipt_flip(pretty, idx.index(len), new)?;
-    }
-}
-
 proptest! {
     // Each case signs and verifies several times: fewer cases than above.
-    #![proptest_config(ProptestConfig { cases: cases(1000), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(1000), ..ProptestConfig::default() })]
 
     #[test]
     fn any_single_byte_change_to_a_signed_decision_body_is_refused(
@@ -281,7 +276,7 @@ proptest! {
         let text = serde_json::to_string(&d).unwrap();
         let i = idx.index(text.len());
         // A "change" to the same byte is moved to the next value rather than
-        // rejected, so large BYTE_FLIP_CASES runs never hit proptest's reject cap.
+        // rejected, so long PROPTEST_SCALE runs never hit proptest's reject cap.
         let new = if text.as_bytes()[i] == new { new.wrapping_add(1) } else { new };
         let old = text.as_bytes()[i];
         let at = classify(text.as_bytes())[i];
@@ -350,21 +345,29 @@ proptest! {
     }
 }
 
+/// Every byte value at every position of both spellings, about 700,000 reads
+/// (50 s in a debug build). Exhaustive rather than sampled: a random sample
+/// once found a spelling rule missing in a CI run only (`1e+21` -> `1e021`);
+/// this way every rule `equivalent_spelling` needs shows up on the first run.
 #[test]
-fn every_position_of_a_receipt_changed_is_refused_or_identical() {
-    // A deterministic sweep of both spellings: at every byte position, the byte
-    // moved by one bit (xor 0x01, 0x02, 0x04, 0x20: digit to digit, letter to
-    // letter or to the other case, `"` to `#`, ...) and replaced by a space and by
-    // a NUL. The proptest above covers random bytes.
+fn every_byte_value_at_every_position_is_refused_or_an_identical_spelling() {
     let f = fixture();
+    let mut failures = Vec::new();
     for (pretty, text) in [(false, &f.compact), (true, &f.pretty)] {
         for i in 0..text.len() {
-            let old = text.as_bytes()[i];
-            for new in [old ^ 0x01, old ^ 0x02, old ^ 0x04, old ^ 0x20, b' ', 0] {
-                check_receipt_flip(pretty, i, new).unwrap_or_else(|e| panic!("{e}"));
+            for new in 0..=u8::MAX {
+                if let Err(e) = check_receipt_flip(pretty, i, new) {
+                    failures.push(e.to_string());
+                }
             }
         }
     }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -15,6 +15,17 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+/// A property's case count: `default`, times `PROPTEST_SCALE` when it is set
+/// (`PROPTEST_SCALE=50 cargo test -p approval-core` runs a long sweep by hand;
+/// CI keeps the defaults, so a run stays bounded).
+pub fn cases(default: u32) -> u32 {
+    let scale = std::env::var("PROPTEST_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1);
+    default.saturating_mul(scale.max(1))
+}
+
 /// The approvers every fixture knows.
 pub const NAMES: [&str; 5] = ["alice", "bob", "carol", "dave", "erin"];
 
