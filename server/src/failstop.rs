@@ -12,10 +12,18 @@
 //! disk has room, it carries on from its log.
 //!
 //! [`FailStop`] wraps a [`Store`]: the first backend error from a write or flush
-//! (or a flush still running after [`FLUSH_DEADLINE`]) records the failure, after
-//! which every call refuses at once with that reason, and calls the halt action
-//! (in the binary: exit with [`EXIT_STORAGE_FAILED`] shortly after, so the error
-//! answer reaches its caller first). `/healthz` reports the failure.
+//! (or a write or flush still running after [`STALL_DEADLINE`]) records the
+//! failure, after which every call refuses at once with that reason, and calls the
+//! halt action (in the binary: exit with [`EXIT_STORAGE_FAILED`] shortly after, so
+//! the error answer reaches its caller first). `/healthz` reports the failure.
+//!
+//! Why writes are timed, not only flushes: sled 0.34 can deadlock inside a write.
+//! A write that needs a new log segment waits for a file truncation queued on
+//! sled's I/O thread pool, while every pool thread waits for the segment lock that
+//! write holds (reproduced here under a long single-writer load; sled issue #1412
+//! reports the same hang). The write never returns and holds the store's writer
+//! lock, so every later write queues behind it; if no flush happened to be running,
+//! a flush-only watchdog would never fire and the server would hang for good.
 
 use crate::audit::AuditEvent;
 use crate::record::ProposalRecord;
@@ -23,59 +31,96 @@ use crate::store::{AuditLog, Cas, PendingLimits, Store, StoreError};
 use approval_core::ids::AgentName;
 use approval_core::status::Status;
 use approval_core::{ProposalId, ServerId, Sha256Hex, Timestamp};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The process exit status after a storage failure (EX_IOERR from sysexits.h).
 pub const EXIT_STORAGE_FAILED: i32 = 74;
-/// A flush that has not returned after this long counts as a failed store.
-pub const FLUSH_DEADLINE: Duration = Duration::from_secs(20);
+/// A write or flush that has not returned after this long counts as a failed store.
+pub const STALL_DEADLINE: Duration = Duration::from_secs(20);
 
 type Halt = Box<dyn Fn(&str) + Send + Sync>;
+
+/// The writes and flushes running now, by start order: the first is the oldest.
+#[derive(Default)]
+struct InFlight {
+    next: AtomicU64,
+    running: Mutex<BTreeMap<u64, (Instant, &'static str)>>,
+}
+
+impl InFlight {
+    fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, (Instant, &'static str)>> {
+        // Only inserts and removes happen under it: a poisoned map is still sound.
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `op`, registered as running for the watchdog until it returns (or
+    /// unwinds: the guard unregisters it either way).
+    fn time<T>(&self, what: &'static str, op: impl FnOnce() -> T) -> T {
+        struct Done<'a>(&'a InFlight, u64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.running().remove(&self.1);
+            }
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.running().insert(n, (Instant::now(), what));
+        let _done = Done(self, n);
+        op()
+    }
+
+    /// The oldest operation still running, if it has run longer than `deadline`.
+    fn stalled(&self, deadline: Duration) -> Option<&'static str> {
+        let running = self.running();
+        let (_, (started, what)) = running.first_key_value()?;
+        (started.elapsed() > deadline).then_some(*what)
+    }
+}
 
 /// A store that stops the server at its first write failure.
 pub struct FailStop {
     inner: Arc<dyn Store>,
     failed: Arc<OnceLock<String>>,
     halt: Arc<Halt>,
-    /// When the running flush started (ms since `epoch`), 0 when none runs.
-    flush_started: Arc<AtomicU64>,
-    epoch: Instant,
+    in_flight: Arc<InFlight>,
 }
 
 impl FailStop {
     /// Wraps `inner`; `halt` runs once, at the first failure, with the reason.
-    /// A watchdog thread notices a flush that hangs.
+    /// A watchdog thread notices a write or flush that hangs for [`STALL_DEADLINE`].
     pub fn new(inner: Arc<dyn Store>, halt: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Self::with_deadline(inner, halt, STALL_DEADLINE)
+    }
+
+    /// [`FailStop::new`] with another stall deadline (tests use a short one).
+    pub fn with_deadline(
+        inner: Arc<dyn Store>,
+        halt: impl Fn(&str) + Send + Sync + 'static,
+        deadline: Duration,
+    ) -> Self {
         let s = Self {
             inner,
             failed: Arc::new(OnceLock::new()),
             halt: Arc::new(Box::new(halt)),
-            flush_started: Arc::new(AtomicU64::new(0)),
-            epoch: Instant::now(),
+            in_flight: Arc::new(InFlight::default()),
         };
-        let (failed, halt, started, epoch) = (
-            s.failed.clone(),
-            s.halt.clone(),
-            s.flush_started.clone(),
-            s.epoch,
-        );
+        let (failed, halt, in_flight) = (s.failed.clone(), s.halt.clone(), s.in_flight.clone());
+        let tick = (deadline / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
         std::thread::Builder::new()
-            .name("flush-watchdog".into())
+            .name("store-watchdog".into())
             .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(1));
-                let t = started.load(Ordering::SeqCst);
-                let now = epoch.elapsed().as_millis() as u64;
-                if t != 0 && now.saturating_sub(t) > FLUSH_DEADLINE.as_millis() as u64 {
-                    fail(
-                        &failed,
-                        &halt,
-                        format!(
-                            "a flush to disk has not returned for {} s",
-                            FLUSH_DEADLINE.as_secs()
-                        ),
+                std::thread::sleep(tick);
+                if failed.get().is_some() {
+                    return;
+                }
+                if let Some(what) = in_flight.stalled(deadline) {
+                    let why = format!(
+                        "a {what} to the store has not returned for {} s",
+                        deadline.as_secs_f64()
                     );
+                    fail(&failed, &halt, why);
                     return;
                 }
             })
@@ -137,7 +182,10 @@ impl Store for FailStop {
         limits: PendingLimits,
     ) -> Result<(), StoreError> {
         self.refused()?;
-        self.watch(self.inner.create(rec, events, limits))
+        let r = self
+            .in_flight
+            .time("write", || self.inner.create(rec, events, limits));
+        self.watch(r)
     }
     fn put_policy(
         &self,
@@ -145,7 +193,10 @@ impl Store for FailStop {
         canonical: &serde_json::Value,
     ) -> Result<(), StoreError> {
         self.refused()?;
-        self.watch(self.inner.put_policy(hash, canonical))
+        let r = self
+            .in_flight
+            .time("write", || self.inner.put_policy(hash, canonical));
+        self.watch(r)
     }
     fn get_policy(&self, hash: &Sha256Hex) -> Result<Option<serde_json::Value>, StoreError> {
         self.refused()?;
@@ -157,7 +208,10 @@ impl Store for FailStop {
     }
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
         self.refused()?;
-        self.watch(self.inner.update(new, events))
+        let r = self
+            .in_flight
+            .time("write", || self.inner.update(new, events));
+        self.watch(r)
     }
     fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
         self.refused()?;
@@ -185,16 +239,7 @@ impl Store for FailStop {
     }
     fn flush_blocking(&self) -> Result<(), StoreError> {
         self.refused()?;
-        let started = (self.epoch.elapsed().as_millis() as u64).max(1);
-        // Several flushes may overlap (the final one at shutdown); the watchdog
-        // watches the oldest one running.
-        let _ = self
-            .flush_started
-            .compare_exchange(0, started, Ordering::SeqCst, Ordering::SeqCst);
-        let r = self.inner.flush_blocking();
-        let _ = self
-            .flush_started
-            .compare_exchange(started, 0, Ordering::SeqCst, Ordering::SeqCst);
+        let r = self.in_flight.time("flush", || self.inner.flush_blocking());
         self.watch(r)
     }
     fn failure(&self) -> Option<String> {
@@ -206,70 +251,117 @@ impl Store for FailStop {
 mod tests {
     use super::*;
     use crate::store::SledStore;
-    use std::sync::Mutex;
 
-    /// A store whose writes fail like a full disk.
-    struct Full(SledStore);
+    /// What a faulty store does on `create` and on `flush_blocking`.
+    #[derive(Clone, Copy)]
+    enum Fault {
+        None,
+        /// Fails like a full disk.
+        Full,
+        /// Returns only after this long, like sled's deadlock (for a while).
+        Hang(Duration),
+    }
 
-    impl Store for Full {
+    impl Fault {
+        fn apply<T>(self, op: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+            match self {
+                Fault::None => op(),
+                Fault::Full => Err(StoreError::Backend(
+                    "No space left on device (os error 28)".into(),
+                )),
+                Fault::Hang(d) => {
+                    std::thread::sleep(d);
+                    op()
+                }
+            }
+        }
+    }
+
+    /// The real store, with a fault injected into creates and flushes.
+    struct Faulty {
+        inner: SledStore,
+        create: Fault,
+        flush: Fault,
+    }
+
+    impl Store for Faulty {
         fn server_id(&self) -> &ServerId {
-            self.0.server_id()
+            self.inner.server_id()
         }
         fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
-            self.0.get(id)
+            self.inner.get(id)
         }
         fn create(
             &self,
-            _: &ProposalRecord,
-            _: Vec<AuditEvent>,
-            _: PendingLimits,
+            r: &ProposalRecord,
+            e: Vec<AuditEvent>,
+            l: PendingLimits,
         ) -> Result<(), StoreError> {
-            Err(StoreError::Backend(
-                "No space left on device (os error 28)".into(),
-            ))
+            self.create.apply(|| self.inner.create(r, e, l))
         }
         fn put_policy(&self, h: &Sha256Hex, c: &serde_json::Value) -> Result<(), StoreError> {
-            self.0.put_policy(h, c)
+            self.inner.put_policy(h, c)
         }
         fn get_policy(&self, h: &Sha256Hex) -> Result<Option<serde_json::Value>, StoreError> {
-            self.0.get_policy(h)
+            self.inner.get_policy(h)
         }
         fn pending_count(&self, a: Option<&AgentName>) -> Result<u64, StoreError> {
-            self.0.pending_count(a)
+            self.inner.pending_count(a)
         }
         fn update(&self, n: &ProposalRecord, e: Vec<AuditEvent>) -> Result<Cas, StoreError> {
-            self.0.update(n, e)
+            self.inner.update(n, e)
         }
         fn list_status(&self, s: Status, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
-            self.0.list_status(s, l)
+            self.inner.list_status(s, l)
         }
         fn list_agent(&self, a: &AgentName, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
-            self.0.list_agent(a, l)
+            self.inner.list_agent(a, l)
         }
         fn due(&self, n: Timestamp, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
-            self.0.due(n, l)
+            self.inner.due(n, l)
         }
         fn count_status(&self, s: Status) -> Result<usize, StoreError> {
-            self.0.count_status(s)
+            self.inner.count_status(s)
         }
         fn audit(&self) -> Result<AuditLog, StoreError> {
-            self.0.audit()
+            self.inner.audit()
         }
         fn flush_blocking(&self) -> Result<(), StoreError> {
-            self.0.flush_blocking()
+            self.flush.apply(|| self.inner.flush_blocking())
         }
+    }
+
+    /// A fail-stop store over `Faulty`, and the reasons its halt action was given.
+    fn faulty(
+        dir: &tempfile::TempDir,
+        create: Fault,
+        flush: Fault,
+        deadline: Duration,
+    ) -> (Arc<FailStop>, Arc<Mutex<Vec<String>>>) {
+        let halted = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = halted.clone();
+        let inner = Faulty {
+            inner: SledStore::open(dir.path()).unwrap(),
+            create,
+            flush,
+        };
+        let store = FailStop::with_deadline(
+            Arc::new(inner),
+            move |why| seen.lock().unwrap().push(why.to_owned()),
+            deadline,
+        );
+        (Arc::new(store), halted)
+    }
+
+    fn record(id: &str) -> ProposalRecord {
+        crate::store::contract::record(id, "local", 1_800_000_000)
     }
 
     #[test]
     fn the_first_write_failure_halts_once_and_refuses_everything_after() {
         let dir = tempfile::tempdir().unwrap();
-        let halted = Arc::new(Mutex::new(Vec::<String>::new()));
-        let seen = halted.clone();
-        let store = FailStop::new(
-            Arc::new(Full(SledStore::open(dir.path()).unwrap())),
-            move |why| seen.lock().unwrap().push(why.to_owned()),
-        );
-        let rec = crate::store::contract::record("p-1", "local", 1_800_000_000);
+        let (store, halted) = faulty(&dir, Fault::Full, Fault::None, STALL_DEADLINE);
+        let rec = record("p-1");
         assert!(store.get(rec.id()).unwrap().is_none());
         assert_eq!(store.failure(), None);
         let e = store
@@ -283,5 +375,92 @@ mod tests {
         assert!(store.flush_blocking().is_err());
         let _ = store.create(&rec, vec![], PendingLimits::default());
         assert_eq!(halted.lock().unwrap().len(), 1, "halt runs once");
+    }
+
+    /// Waits (up to 10 s) for the halt action to have run.
+    fn halt_reason(halted: &Mutex<Vec<String>>) -> Option<String> {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Some(why) = halted.lock().unwrap().first() {
+                return Some(why.clone());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    #[test]
+    fn a_write_that_hangs_stops_the_store_while_it_still_hangs() {
+        // The write hangs for 3 s; the deadline is 0.2 s. The store must be failed
+        // (and refusing) long before the write returns, with nothing flushing.
+        let dir = tempfile::tempdir().unwrap();
+        let deadline = Duration::from_millis(200);
+        let (store, halted) = faulty(
+            &dir,
+            Fault::Hang(Duration::from_secs(3)),
+            Fault::None,
+            deadline,
+        );
+        let started = Instant::now();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                store.create(&record("p-hang"), vec![], PendingLimits::default())
+            })
+        };
+        let why = halt_reason(&halted).expect("the watchdog halts a hung write");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            why.contains("a write to the store has not returned"),
+            "{why}"
+        );
+        let e = store.get(record("p-other").id()).unwrap_err();
+        assert!(e.to_string().contains("must be restarted"), "{e}");
+        writer.join().unwrap().unwrap();
+        assert_eq!(halted.lock().unwrap().len(), 1, "halt runs once");
+    }
+
+    #[test]
+    fn a_flush_that_hangs_stops_the_store_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let deadline = Duration::from_millis(200);
+        let (store, halted) = faulty(
+            &dir,
+            Fault::None,
+            Fault::Hang(Duration::from_secs(3)),
+            deadline,
+        );
+        let flusher = {
+            let store = store.clone();
+            std::thread::spawn(move || store.flush_blocking())
+        };
+        let why = halt_reason(&halted).expect("the watchdog halts a hung flush");
+        assert!(
+            why.contains("a flush to the store has not returned"),
+            "{why}"
+        );
+        let _ = flusher.join().unwrap();
+    }
+
+    #[test]
+    fn writes_and_flushes_that_return_in_time_never_trip_the_watchdog() {
+        // Each slow step (0.1 s) stays under the 0.5 s deadline; many in a row,
+        // 1.2 s in all, must not add up to a stall.
+        let dir = tempfile::tempdir().unwrap();
+        let slow = Fault::Hang(Duration::from_millis(100));
+        let (store, halted) = faulty(&dir, slow, slow, Duration::from_millis(500));
+        for i in 0..6 {
+            store
+                .create(&record(&format!("p-{i}")), vec![], PendingLimits::default())
+                .unwrap();
+            store.flush_blocking().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(halted.lock().unwrap().is_empty());
+        assert_eq!(store.failure(), None);
     }
 }

@@ -14,7 +14,7 @@
 //!   execute and a listing tried at once after it are refused or, once the process has
 //!   gone, not answered (never answered from memory), `/healthz` is 503 `failed` or
 //!   gone; the process exits by itself with status 74 (within [`EXIT_WITHIN`], which
-//!   covers the 20 s deadline of a flush that hangs). Space is given back and the server
+//!   covers the 20 s deadline of a write or flush that hangs). Space is given back and the server
 //!   started again on the same data: everything acknowledged is there as it was, the
 //!   refused prepare and decision are not, the webhook refused before the stop runs
 //!   now, once; `approval-server audit verify` passes and a new round trip works.
@@ -847,8 +847,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const EXIT_STORAGE_FAILED: i32 = 74;
 
 /// How long the server may take to exit by itself once its store failed: about
-/// 0.3 s after a write error, about 21 s after a flush that hangs (its 20 s
-/// deadline); the rest is margin for a loaded machine.
+/// 0.3 s after a write error, about 21 s after a write or flush that hangs
+/// (its 20 s deadline); the rest is margin for a loaded machine.
 const EXIT_WITHIN: Duration = Duration::from_secs(30);
 
 /// What one request after the store failed got.
@@ -1008,7 +1008,7 @@ async fn a_full_disk_stops_the_server_and_a_restart_keeps_everything_acknowledge
 
     // Fill with prepares until one is refused: a tool result with a code, the OS's
     // reason, and what happens now (within STEP_TIMEOUT, which outlasts the 20 s
-    // deadline of a flush that hangs).
+    // deadline of a write or flush that hangs).
     let fill_start = Instant::now();
     let mut acked: Vec<String> = Vec::new();
     let refusal: ToolResult = loop {
