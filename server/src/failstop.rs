@@ -17,13 +17,16 @@
 //! halt action (in the binary: exit with [`EXIT_STORAGE_FAILED`] shortly after, so
 //! the error answer reaches its caller first). `/healthz` reports the failure.
 //!
-//! Why writes are timed, not only flushes: sled 0.34 can deadlock inside a write.
-//! A write that needs a new log segment waits for a file truncation queued on
-//! sled's I/O thread pool, while every pool thread waits for the segment lock that
-//! write holds (reproduced here under a long single-writer load; sled issue #1412
-//! reports the same hang). The write never returns and holds the store's writer
-//! lock, so every later write queues behind it; if no flush happened to be running,
-//! a flush-only watchdog would never fire and the server would hang for good.
+//! Why writes are timed, not only flushes: sled 0.34.7 as published can deadlock
+//! inside a write. A write that needs a new log segment waits for a file truncation
+//! queued on sled's I/O thread pool, while every pool thread waits for the segment
+//! lock that write holds (reproduced here under a long single-writer load; sled
+//! issue #1412 reports the same hang). The write never returns and holds the store's
+//! writer lock, so every later write queues behind it; if no flush happened to be
+//! running, a flush-only watchdog would never fire and the server would hang for
+//! good. The sled we build (vendor/sled) carries a fix for that deadlock; the
+//! watchdog stays, because a device that stops answering, or a sled bug not yet
+//! found, hangs a store the same way, and a hang must end in a restart.
 
 use crate::audit::AuditEvent;
 use crate::record::ProposalRecord;
@@ -106,12 +109,17 @@ impl FailStop {
             halt: Arc::new(Box::new(halt)),
             in_flight: Arc::new(InFlight::default()),
         };
-        let (failed, halt, in_flight) = (s.failed.clone(), s.halt.clone(), s.in_flight.clone());
+        // The watchdog holds the in-flight set weakly: it ends with the store.
+        let (failed, halt) = (s.failed.clone(), s.halt.clone());
+        let in_flight = Arc::downgrade(&s.in_flight);
         let tick = (deadline / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
         std::thread::Builder::new()
             .name("store-watchdog".into())
             .spawn(move || loop {
                 std::thread::sleep(tick);
+                let Some(in_flight) = in_flight.upgrade() else {
+                    return;
+                };
                 if failed.get().is_some() {
                     return;
                 }

@@ -1128,4 +1128,60 @@ mod tests {
             gc.fsync_count()
         );
     }
+
+    /// By hand: `N=400000 cargo test --release -p approval-server --lib -- --ignored
+    /// --nocapture long_single_writer_load_never_hangs`. One writer, `N` create + withdraw
+    /// pairs with 1.5 KB payloads, a flush every 1,000 writes: the load under which sled
+    /// 0.34.7 as published deadlocked inside a write (twice in seven runs here) before
+    /// vendor/sled's patch 1. Fails if no write finishes for 30 s.
+    #[test]
+    #[ignore = "stress: minutes in release, run by hand"]
+    fn long_single_writer_load_never_hangs() {
+        use std::sync::atomic::AtomicI64;
+        use std::time::{Duration, Instant};
+        let n: i64 = std::env::var("N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(400_000);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SledStore::open(dir.path()).unwrap());
+        let done = Arc::new(AtomicI64::new(0));
+        let writer = {
+            let (store, done) = (store.clone(), done.clone());
+            std::thread::spawn(move || {
+                let lim = PendingLimits {
+                    per_agent: u64::MAX,
+                    total: u64::MAX,
+                };
+                for i in 0..n {
+                    let now = Timestamp::from_unix(1_800_001_000 + i);
+                    let mut rec = contract::record(&format!("p-{i:016x}"), "local", now.unix());
+                    rec.preview.payload = serde_json::json!({"text": "x".repeat(1500)});
+                    store.create(&rec, vec![], lim).unwrap();
+                    let w = rec.with_lifecycle(rec.lifecycle.withdraw(now).unwrap(), now);
+                    assert!(matches!(store.update(&w, vec![]).unwrap(), Cas::Applied));
+                    if i % 1000 == 999 {
+                        store.flush_blocking().unwrap();
+                    }
+                    done.store(i + 1, Ordering::Relaxed);
+                }
+            })
+        };
+        let (mut last, mut since) = (0, Instant::now());
+        while !writer.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = done.load(Ordering::Relaxed);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(30),
+                "no write finished for 30 s after {last} of {n} pairs: the store hangs \
+                 (vendor/sled/PATCHES.md describes sled's deadlock)"
+            );
+        }
+        writer.join().unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), n);
+        assert_eq!(store.count_status(Status::Withdrawn).unwrap(), n as usize);
+    }
 }
