@@ -456,12 +456,13 @@ mod tests {
 
     #[test]
     fn writes_and_flushes_that_return_in_time_never_trip_the_watchdog() {
-        // Each slow step (0.1 s) stays under the 0.5 s deadline; many in a row,
-        // 1.2 s in all, must not add up to a stall.
+        // Each slow step (0.2 s, plus the real write or fsync) stays well under the
+        // 1.5 s deadline, with room for a loaded CI disk; ten in a row, over 2 s in
+        // all, must not add up to a stall.
         let dir = tempfile::tempdir().unwrap();
-        let slow = Fault::Hang(Duration::from_millis(100));
-        let (store, halted) = faulty(&dir, slow, slow, Duration::from_millis(500));
-        for i in 0..6 {
+        let slow = Fault::Hang(Duration::from_millis(200));
+        let (store, halted) = faulty(&dir, slow, slow, Duration::from_millis(1500));
+        for i in 0..5 {
             store
                 .create(&record(&format!("p-{i}")), vec![], PendingLimits::default())
                 .unwrap();
