@@ -13,16 +13,17 @@
 //!   or the preview hash it covers, and any one-byte change to its JSON body, is
 //!   refused by `SignedDecision::verify` (or by parsing).
 //!
-//! Keys come from fixed seeds here (SHA-256 of "byte-flip key <name>").
+//! Keys are the shared fixture keys (`tests/common`).
 
 mod common;
+
+use common::{sign, signing_key};
 
 use approval_core::json;
 use approval_core::keyring::PublicKey;
 use approval_core::message::{decision_message, Decision, Signature, SignedDecision};
 use approval_core::receipt::{verify_receipt, Receipt};
-use approval_core::{ApproverName, Keyring, Policy, Preview, Sha256Hex, Timestamp};
-use ed25519_dalek::SigningKey;
+use approval_core::{Keyring, Policy, Preview, Sha256Hex, Timestamp};
 use proptest::prelude::*;
 use serde_json::json;
 use std::sync::OnceLock;
@@ -41,29 +42,10 @@ count = 1
 type = "note"
 "#;
 
-fn signing_key(name: &str) -> SigningKey {
-    SigningKey::from_bytes(Sha256Hex::digest(format!("byte-flip key {name}").as_bytes()).as_bytes())
-}
-
-fn approver(name: &str) -> ApproverName {
-    ApproverName::parse(name).unwrap()
-}
-
+/// The fixture keyring of alice, bob and carol (the shared test keys), made once.
 fn keyring() -> &'static Keyring {
     static K: OnceLock<Keyring> = OnceLock::new();
-    K.get_or_init(|| {
-        let text: String = ["alice", "bob", "carol"]
-            .iter()
-            .map(|n| {
-                Keyring::line(&approver(n), &PublicKey::from_signing_key(&signing_key(n))) + "\n"
-            })
-            .collect();
-        Keyring::parse(&text).unwrap()
-    })
-}
-
-fn sign(name: &str, d: Decision, h: &Sha256Hex, reason: &str) -> SignedDecision {
-    SignedDecision::sign(&signing_key(name), approver(name), d, h, reason).unwrap()
+    K.get_or_init(|| common::keyring(&["alice", "bob", "carol"]))
 }
 
 struct Fixture {
