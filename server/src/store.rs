@@ -1132,7 +1132,7 @@ mod tests {
     /// By hand: `N=400000 cargo test --release -p approval-server --lib -- --ignored
     /// --nocapture long_single_writer_load_never_hangs`. One writer, `N` create + withdraw
     /// pairs with 1.5 KB payloads, a flush every 1,000 writes: the load under which sled
-    /// 0.34.7 as published deadlocked inside a write (twice in seven runs here) before
+    /// 0.34.7 as published deadlocked inside a write (5 of 10 runs here) before
     /// vendor/sled's patch 1. Fails if no write finishes for 30 s.
     #[test]
     #[ignore = "stress: minutes in release, run by hand"]
