@@ -288,3 +288,53 @@ async fn an_idle_http2_connection_is_closed() {
         "closed after {closed:?}, before the idle time-out"
     );
 }
+
+/// The `Authorization` header of a signed read as `who` at `at` (unix seconds).
+fn read_auth(who: &str, at: i64, path: &str) -> String {
+    let k = common::key(who);
+    approval_core::message::sign_read(&k.key, &k.name, at, "GET", path)
+}
+
+/// An event stream is a request in flight for as long as it streams, so the idle
+/// time-out does not cut it, over HTTP/1 or HTTP/2, while nothing is sent on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_is_not_closed_as_idle() {
+    let s = start().await;
+    let now = approval_server::clock::Clock::now(&s._inner.clock).unix();
+    let h1 = reqwest::Client::new();
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let url = format!("http://{}/v1/events", s.addr);
+    let mut streams = vec![];
+    for (who, client) in [("alice", &h1), ("bob", &h2)] {
+        let r = client
+            .get(&url)
+            .header("Authorization", read_auth(who, now, "/v1/events"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{who}");
+        streams.push((who, r.version(), r));
+    }
+    assert_eq!(streams[0].1, reqwest::Version::HTTP_11);
+    assert_eq!(streams[1].1, reqwest::Version::HTTP_2);
+    let until = Instant::now() + HEADER_READ_TIMEOUT + Duration::from_secs(3);
+    for (who, version, mut r) in streams {
+        let ended = loop {
+            match tokio::time::timeout_at(until.into(), r.chunk()).await {
+                Err(_) => break None,
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => break Some("ended"),
+                Ok(Err(_)) => break Some("failed"),
+            }
+        };
+        assert_eq!(
+            ended,
+            None,
+            "{who}'s event stream ({version:?}) was cut before {:?} passed",
+            HEADER_READ_TIMEOUT + Duration::from_secs(3)
+        );
+    }
+}
