@@ -53,7 +53,7 @@ async fn start() -> Srv {
 
 /// Raises this process's soft limit on open files to at least `want` (up to the
 /// hard limit): the test holds both ends of every socket.
-fn raise_fd_limit(want: u64) {
+fn raise_fd_limit(want: libc::rlim_t) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -63,8 +63,8 @@ fn raise_fd_limit(want: u64) {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return;
         }
-        if (lim.rlim_cur as u64) < want {
-            lim.rlim_cur = lim.rlim_max.min(want as libc::rlim_t);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = lim.rlim_max.min(want);
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
@@ -93,9 +93,9 @@ async fn closed_after(mut c: TcpStream, since: Instant, give_up: Instant) -> Opt
 async fn silent_and_preface_only_sockets_cannot_wedge_the_listener() {
     const SILENT: usize = 1100;
     const PREFACE_ONLY: usize = 50;
-    assert!(SILENT + PREFACE_ONLY > MAX_CONNECTIONS);
+    const { assert!(SILENT + PREFACE_ONLY > MAX_CONNECTIONS) };
     // Both ends of every socket live in this process.
-    raise_fd_limit(((SILENT + PREFACE_ONLY) * 2 + 512) as u64);
+    raise_fd_limit(((SILENT + PREFACE_ONLY) * 2 + 512) as libc::rlim_t);
     let s = start().await;
     let mut socks = Vec::with_capacity(SILENT + PREFACE_ONLY);
     let opened = Instant::now();

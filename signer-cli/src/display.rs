@@ -5,80 +5,28 @@
 //! hide, reorder or fake what the approver reads is replaced by a visible escape
 //! `\u{..}`: control characters (ANSI sequences start with ESC), bidi overrides and
 //! isolates, zero-width and other format characters, line and paragraph separators,
-//! non-ASCII spaces, invisible fillers, private-use characters and noncharacters, and
+//! non-ASCII spaces, blank graphics (U+2800 BRAILLE PATTERN BLANK), invisible fillers
+//! and every other default-ignorable code point, private-use, unassigned and
+//! noncharacter code points (see [`crate::unicode::is_hidden`]), and
 //! runs of variation selectors (one after a visible character is kept, so emoji
 //! still look like emoji; the rest can smuggle data). A backslash is shown as `\\`,
 //! so every backslash on screen starts an escape. Letters of every script and emoji
-//! are kept as they are.
+//! are kept as they are; a word that mixes scripts (`аdmin` with a Cyrillic `а`) or
+//! only looks Latin is named in a warning line ([`lookalike_warnings`]).
 
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 
-/// Unicode general category Cf (format characters), as of Unicode 16.
-const FORMAT: &[(u32, u32)] = &[
-    (0x00AD, 0x00AD),
-    (0x0600, 0x0605),
-    (0x061C, 0x061C),
-    (0x06DD, 0x06DD),
-    (0x070F, 0x070F),
-    (0x0890, 0x0891),
-    (0x08E2, 0x08E2),
-    (0x180E, 0x180E),
-    (0x200B, 0x200F),
-    (0x202A, 0x202E),
-    (0x2060, 0x2064),
-    (0x2066, 0x206F),
-    (0xFEFF, 0xFEFF),
-    (0xFFF9, 0xFFFB),
-    (0x110BD, 0x110BD),
-    (0x110CD, 0x110CD),
-    (0x13430, 0x1343F),
-    (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A),
-    (0xE0001, 0xE0001),
-    (0xE0020, 0xE007F),
-];
-
-/// Characters that render as nothing although they are not in Cf: the combining
-/// grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian variation
-/// selectors, the supplementary variation selectors.
-const INVISIBLE: &[(u32, u32)] = &[
-    (0x034F, 0x034F),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180D),
-    (0x180F, 0x180F),
-    (0x3164, 0x3164),
-    (0xFFA0, 0xFFA0),
-    (0xE0100, 0xE01EF),
-];
-
-fn in_table(c: char, table: &[(u32, u32)]) -> bool {
-    let c = c as u32;
-    table.iter().any(|&(lo, hi)| lo <= c && c <= hi)
-}
-
 fn is_variation_selector(c: char) -> bool {
     ('\u{FE00}'..='\u{FE0F}').contains(&c)
 }
 
-fn is_private_or_nonchar(c: char) -> bool {
-    let u = c as u32;
-    (0xE000..=0xF8FF).contains(&u)
-        || u >= 0xF0000
-        || (0xFDD0..=0xFDEF).contains(&u)
-        || (u & 0xFFFE) == 0xFFFE
-}
-
 /// Whether a character must never reach the terminal raw (variation selectors aside,
-/// see [`escape`]).
+/// see [`escape`]): everything that renders blank, as nothing, or as something other
+/// than itself, classified from Unicode's data by [`crate::unicode::is_hidden`].
 pub fn needs_escape(c: char) -> bool {
-    c.is_control()                                 // Cc, including ESC, NUL, DEL, C1
-        || (c.is_whitespace() && !c.is_ascii())    // Zl, Zp, NBSP, U+2000.., U+3000
-        || in_table(c, FORMAT)                     // Cf: bidi, zero-width, BOM, tags
-        || in_table(c, INVISIBLE)
-        || is_private_or_nonchar(c)
+    crate::unicode::is_hidden(c)
 }
 
 fn push_escape(out: &mut String, c: char) {
@@ -203,6 +151,61 @@ pub fn json_safe(text: &str) -> String {
 /// Pretty JSON for `--json` output, terminal-safe (see [`json_safe`]).
 pub fn to_json(v: &Value) -> String {
     json_safe(&serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into()))
+}
+
+/// Where a JSON value sits below `path`: `payload.user`, `payload.items[2]`,
+/// `payload["odd key"]` (keys escaped).
+fn child_path(path: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        format!("{path}.{key}")
+    } else {
+        format!("{path}[{}]", quote(key))
+    }
+}
+
+fn warn_words(out: &mut Vec<String>, text: &str, place: &str) {
+    for w in crate::unicode::lookalikes(text) {
+        out.push(format!(
+            "WARNING: {} in {place} {}",
+            quote(&w.text),
+            w.why.describe()
+        ));
+    }
+}
+
+fn warn_json(out: &mut Vec<String>, v: &Value, path: &str) {
+    match v {
+        Value::String(s) => warn_words(out, s, path),
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                warn_json(out, x, &format!("{path}[{i}]"));
+            }
+        }
+        Value::Object(o) => {
+            for (k, x) in o {
+                warn_words(out, k, &format!("a key of {path}"));
+                warn_json(out, x, &child_path(path, k));
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// One warning line for every word of the named text `fields` and of every key and
+/// string value of `payload` that mixes scripts or only looks Latin, e.g.
+/// `WARNING: "аdmin" in payload.user mixes Cyrillic and Latin letters` (the word and
+/// the path escaped like everything else).
+pub fn lookalike_warnings(fields: &[(&str, &str)], payload: &Value) -> Vec<String> {
+    let mut out = vec![];
+    for (name, text) in fields {
+        warn_words(&mut out, text, name);
+    }
+    warn_json(&mut out, payload, "payload");
+    out
 }
 
 /// Untrusted text escaped and cut to at most `max` characters (with `…`).

@@ -6,6 +6,7 @@
 //! - [`client`]: HTTP with signed reads, time-outs, and server errors;
 //! - [`proposal`]: the local checks every proposal passes before it is shown or signed;
 //! - [`display`]: escaping untrusted text and rendering;
+//! - [`unicode`]: which characters render blank and which words look like others (pure);
 //! - [`commands`]: one module per command;
 //! - [`failure`]: the exit code each error means (mapped in `main`).
 #![forbid(unsafe_code)]
@@ -17,3 +18,4 @@ pub mod config;
 pub mod display;
 pub mod failure;
 pub mod proposal;
+pub mod unicode;

@@ -338,6 +338,14 @@ impl Checked {
         o.push_str("payload:\n");
         o.push_str(&render_json(&p.payload));
         o.push('\n');
+        let requester = p.requested_by.to_string();
+        for w in crate::display::lookalike_warnings(
+            &[("summary", &p.summary), ("requested by", &requester)],
+            &p.payload,
+        ) {
+            o.push_str(&crate::display::highlight(&w, color));
+            o.push('\n');
+        }
         if self.decisions.is_empty() {
             o.push_str("decisions:      none yet\n");
         } else {

@@ -117,3 +117,34 @@ fn truncation_counts_characters_after_escaping() {
     assert_eq!(truncate("ab", 5), "ab");
     assert_eq!(truncate("\u{202e}abc", 8), r"\u{202e…");
 }
+
+/// Characters that fonts draw as blank space or as nothing (issue #11, item 8):
+/// U+2800 BRAILLE PATTERN BLANK made `show` print what looked like an empty value.
+#[test]
+fn blank_rendering_characters_are_escaped() {
+    assert_eq!(escape("pay\u{2800}to"), r"pay\u{2800}to");
+    assert_eq!(quote("\u{2800}"), r#""\u{2800}""#);
+    for c in [
+        '\u{2800}',  // BRAILLE PATTERN BLANK
+        '\u{1d159}', // MUSICAL SYMBOL NULL NOTEHEAD
+        '\u{3164}',  // HANGUL FILLER
+        '\u{115f}',  // HANGUL CHOSEONG FILLER
+        '\u{1160}',  // HANGUL JUNGSEONG FILLER
+        '\u{ffa0}',  // HALFWIDTH HANGUL FILLER
+        '\u{2000}',  // EN QUAD
+        '\u{200a}',  // HAIR SPACE
+        '\u{205f}',  // MEDIUM MATHEMATICAL SPACE
+        '\u{3000}',  // IDEOGRAPHIC SPACE
+        '\u{a0}',    // NO-BREAK SPACE
+        '\u{180e}',  // MONGOLIAN VOWEL SEPARATOR
+        '\u{2065}',  // default-ignorable, unassigned
+        '\u{e0000}', // default-ignorable, unassigned
+        '\u{1bca0}', // SHORTHAND FORMAT LETTER OVERLAP
+        '\u{378}',   // unassigned
+    ] {
+        assert!(needs_escape(c), "U+{:04X} not escaped", c as u32);
+        assert_eq!(escape(&c.to_string()), format!("\\u{{{:x}}}", c as u32));
+    }
+    // In JSON output they are JSON escapes.
+    assert_eq!(json_safe("\"\u{2800}\""), r#""\u2800""#);
+}

@@ -244,6 +244,40 @@ fn hostile_payload_is_shown_escaped() {
     assert_eq!(v["checked"]["preview_sha256"], json!(p.sha256().to_hex()));
 }
 
+/// An agent hides a value behind U+2800 BRAILLE PATTERN BLANK and writes Latin-looking
+/// words with Cyrillic letters (issue #11, item 8): `show` prints the blank as an
+/// escape and names every such word, in the summary, a payload key and payload
+/// values, in a WARNING line.
+#[test]
+fn braille_blanks_and_cyrillic_lookalikes_are_shown_escaped_and_flagged() {
+    let payload = json!({
+        "user": "\u{430}dmin",
+        "note": "\u{2800}",
+        "to": ["ok", "\u{440}\u{430}\u{443}pal"],
+        "r\u{43e}le": "Привет",
+    });
+    let p = preview(SRV, "p-1", payload, "grant \u{430}dmin\u{2800}rights");
+    let (env, fake, key) = setup(view(&p));
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = &r.stdout;
+    for expected in [
+        r#""note": "\u{2800}""#,
+        r#"summary         "grant аdmin\u{2800}rights""#,
+        r#"WARNING: "аdmin" in summary mixes Cyrillic and Latin letters"#,
+        r#"WARNING: "аdmin" in payload.user mixes Cyrillic and Latin letters"#,
+        "WARNING: \"\u{440}\u{430}\u{443}pal\" in payload.to[1] mixes Cyrillic and Latin letters",
+        r#"WARNING: "rоle" in a key of payload mixes Latin and Cyrillic letters"#,
+    ] {
+        assert!(out.contains(expected), "missing {expected} in:\n{out}");
+    }
+    assert!(!out.contains('\u{2800}'), "raw U+2800 in output:\n{out}");
+    // Words in one script, Latin or not, are not flagged.
+    assert!(!out.contains("\"ok\" in"), "{out}");
+    assert!(!out.contains("\"Привет\" in"), "{out}");
+    assert_eq!(out.matches("WARNING:").count(), 4, "{out}");
+}
+
 #[test]
 fn approve_with_yes_signs_the_local_hash_and_reports_progress() {
     let p = preview(SRV, "p-1", json!({"text": "hello"}), "");
