@@ -340,7 +340,7 @@ impl Checked {
         o.push('\n');
         let requester = p.requested_by.to_string();
         for w in crate::display::lookalike_warnings(
-            &[("summary", &p.summary), ("requested by", &requester)],
+            &[("summary", &p.summary), ("requester", &requester)],
             &p.payload,
         ) {
             o.push_str(&crate::display::highlight(&w, color));

@@ -12,14 +12,17 @@
 //!   characters that are drawn blank: U+2800 BRAILLE PATTERN BLANK and U+1D159
 //!   MUSICAL SYMBOL NULL NOTEHEAD are named in [`BLANK_GRAPHICS`].
 //! - [`lookalikes`]: which words of a text mix scripts (UTS #39 mixed-script
-//!   detection: `аdmin` with a Cyrillic `а` is neither Latin nor Cyrillic), or are
+//!   detection: `аdmin` with a Cyrillic `а` is neither Latin nor Cyrillic; Latin
+//!   with Han, Japanese or Korean, "highly restrictive" in UTS #39, is not flagged), or are
 //!   written wholly in another script with letters confusable with Latin ones
 //!   (`рау`, all Cyrillic, has the UTS #39 skeleton `pay`).
 
 use unicode_properties::{GeneralCategory, GeneralCategoryGroup, UnicodeGeneralCategory};
 use unicode_script::{Script, UnicodeScript};
 use unicode_security::general_security_profile::IdentifierType;
-use unicode_security::{GeneralSecurityProfile, MixedScript};
+use unicode_security::{
+    GeneralSecurityProfile, MixedScript, RestrictionLevel, RestrictionLevelDetection,
+};
 
 /// Graphic characters (So) that fonts draw as blank space although no Unicode
 /// property says so.
@@ -121,7 +124,11 @@ fn scripts(word: &str) -> Vec<Script> {
 
 fn classify(word: &str) -> Option<Lookalike> {
     let scripts = scripts(word);
-    if !word.is_single_script() {
+    // Latin with Han and Japanese or Korean scripts is ordinary writing (UTS #39
+    // "highly restrictive"); every other mix is flagged.
+    if !word.is_single_script()
+        && word.detect_restriction_level() != RestrictionLevel::HighlyRestrictive
+    {
         return Some(Lookalike::MixedScripts(
             scripts.iter().map(|s| s.full_name()).collect(),
         ));
