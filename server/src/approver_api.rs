@@ -133,9 +133,25 @@ impl axum::extract::FromRequestParts<ApiState> for Reader {
         .map_err(|e| {
             if e == ReadAuthError::BadSignature {
                 budget.failed(&auth.approver, st.svc.now());
+                return ApiError(ServiceError::new(
+                    Code::Unauthorized,
+                    with_held_key(e.to_string(), &st.svc, &auth.approver),
+                ));
             }
             unauthorized(e)
         })
+    }
+}
+
+/// A refusal for a signature that does not verify, naming the fingerprint of the key
+/// the server holds for that name, so the approver can see a key mismatch.
+pub fn with_held_key(message: String, svc: &Service, who: &ApproverName) -> String {
+    match svc.config().keyring.get(who) {
+        Some(k) => format!(
+            "{message}; {}",
+            approval_core::fingerprint::held_key_note(who, k)
+        ),
+        None => message,
     }
 }
 

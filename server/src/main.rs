@@ -64,9 +64,17 @@ enum Command {
     },
     /// Start with the example policies and three demo approvers (keys in ./demo-keys).
     Demo {
-        /// Address to listen on.
+        /// Address to listen on (another port if 4800 is taken, e.g. 127.0.0.1:4801).
         #[arg(long, default_value = "127.0.0.1:4800")]
         listen: SocketAddr,
+        /// Folder of policies, reloaded on SIGHUP [default: ./policies if it exists,
+        /// else built-in copies of the repository's example policies].
+        #[arg(long)]
+        policies: Option<PathBuf>,
+        /// Agents file (`approval-server agent add NAME --agents FILE`); without it,
+        /// only loopback clients, as `local`. Reloaded on SIGHUP.
+        #[arg(long)]
+        agents: Option<PathBuf>,
         /// Store folder.
         #[arg(long, default_value = "./data")]
         data: PathBuf,
@@ -91,7 +99,7 @@ enum Command {
         #[arg(long)]
         agents: Option<PathBuf>,
     },
-    /// The audit log (run while the server is stopped: the store is locked while it runs).
+    /// The audit log: from the store (server stopped) or from a running server (--server).
     Audit {
         #[command(subcommand)]
         action: AuditAction,
@@ -200,6 +208,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Demo {
             listen,
+            policies,
+            agents,
             data,
             keys_dir,
         } => {
@@ -207,17 +217,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let keys = demo::prepare_keys(&keys_dir)?;
             let opts = ServeOptions {
                 data,
-                source: ConfigSource {
-                    policies: PathBuf::from("<built-in examples>"),
-                    keys,
-                    agents: None,
-                    embedded_policies: Some(
-                        demo::EXAMPLE_POLICIES
-                            .iter()
-                            .map(|(n, t)| (n.to_string(), t.to_string()))
-                            .collect(),
-                    ),
-                },
+                source: demo::policy_source(policies, keys, agents)?,
                 listen,
                 approver_listen: None,
                 allowed_hosts: vec![],
@@ -266,7 +266,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("{e}");
+                    eprintln!("{}", source.explain(&e));
                     Ok(ExitCode::FAILURE)
                 }
             }
