@@ -82,6 +82,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/proposals/{id}/decisions", post(decide))
         .route("/v1/proposals/{id}/receipt", get(receipt))
         .route("/v1/events", get(events))
+        .route("/v1/audit", get(audit_log))
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(state.clone(), settle))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
@@ -393,5 +394,38 @@ async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Respo
                 .interval(Duration::from_secs(15))
                 .text("keep-alive"),
         )
+        .into_response())
+}
+
+/// `GET /v1/audit` (signed read, any approver in the keyring): the whole audit log
+/// as JSON lines, exactly as `approval-server audit export` writes it, with the
+/// store's head in `Audit-Head: <seq> <sha256>` (`Audit-Head: none` when empty),
+/// so an operator can verify the chain of a running server (the offline form
+/// needs the store, which the running server locks). The log holds ids, kinds,
+/// agents, approvers, times and outcomes, never payloads or summaries.
+async fn audit_log(State(st): State<ApiState>, Reader(_who): Reader) -> Result<Response, ApiError> {
+    let (entries, head) = st.svc.store().audit().map_err(ServiceError::from)?;
+    let mut body = String::new();
+    for e in &entries {
+        let line = serde_json::to_string(e).map_err(|e| {
+            ApiError(ServiceError::new(
+                Code::Internal,
+                format!("cannot encode an audit entry: {e}"),
+            ))
+        })?;
+        body.push_str(&line);
+        body.push('\n');
+    }
+    let head = match head {
+        Some((seq, hash)) => format!("{seq} {hash}"),
+        None => "none".to_owned(),
+    };
+    Ok((
+        [
+            (axum::http::header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
+            (axum::http::HeaderName::from_static("audit-head"), head),
+        ],
+        body,
+    )
         .into_response())
 }

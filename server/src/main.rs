@@ -4,7 +4,7 @@ use anyhow::Context;
 use approval_server::config::ConfigSource;
 use approval_server::run::{self, ServeOptions};
 use approval_server::store::{SledStore, Store};
-use approval_server::{agents, audit, bridge, demo};
+use approval_server::{agents, audit, audit_remote, bridge, demo};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,19 +111,32 @@ enum Command {
     },
 }
 
+/// Where the audit log is read from.
+#[derive(clap::Args, Clone)]
+struct AuditFrom {
+    /// Store folder (read directly: the server must be stopped).
+    #[arg(long, default_value = "./data", conflicts_with = "server")]
+    data: PathBuf,
+    /// A running server's approver API, e.g. http://127.0.0.1:4800 (signed read of
+    /// /v1/audit; needs --key). The chain is checked here, as offline.
+    #[arg(long, value_name = "URL", requires = "key")]
+    server: Option<String>,
+    /// Secret key file of an approver in the server's keyring (signer-cli keygen).
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum AuditAction {
     /// Check the hash chain: any edit, reorder or gap fails.
     Verify {
-        /// Store folder.
-        #[arg(long, default_value = "./data")]
-        data: PathBuf,
+        #[command(flatten)]
+        from: AuditFrom,
     },
     /// Write every entry as one JSON line on stdout.
     Export {
-        /// Store folder.
-        #[arg(long, default_value = "./data")]
-        data: PathBuf,
+        #[command(flatten)]
+        from: AuditFrom,
     },
 }
 
@@ -272,16 +285,22 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Audit { action } => {
-            let data = match &action {
-                AuditAction::Verify { data } | AuditAction::Export { data } => data.clone(),
+            let from = match &action {
+                AuditAction::Verify { from } | AuditAction::Export { from } => from.clone(),
             };
-            let store = SledStore::open(&data.join("store")).with_context(|| {
-                format!(
-                    "cannot open the store in {} (stop the server first)",
-                    data.display()
-                )
-            })?;
-            let (entries, head) = store.audit()?;
+            let (entries, head) = match (&from.server, &from.key) {
+                (Some(url), Some(key)) => audit_remote::fetch(url, key).await?,
+                _ => {
+                    let data = from.data;
+                    let store = SledStore::open(&data.join("store")).with_context(|| {
+                        format!(
+                            "cannot open the store in {} (a running server locks it: stop it, or read the running server's log with --server URL --key FILE)",
+                            data.display()
+                        )
+                    })?;
+                    store.audit()?
+                }
+            };
             match action {
                 AuditAction::Verify { .. } => match audit::verify_chain(entries, head) {
                     Ok(n) => {
