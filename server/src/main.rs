@@ -360,7 +360,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             writeln!(f, "{}", agents::line(&name, &token))?;
             f.sync_all()?;
             println!("{token}");
-            eprintln!("agent {name} added to {}. The token above is shown once: give it to the agent (Authorization: Bearer <token>); the file keeps only its hash. Send SIGHUP to a running server to load it.", path.display());
+            eprintln!("agent {name} added to {p}. The token above is shown once: give it to the agent (Authorization: Bearer <token> over HTTP, --token or APPROVAL_AGENT_TOKEN for `approval-server stdio`); the file keeps only its hash. Start the server (serve or demo) with --agents {p}, or send SIGHUP to one already started with it, to load it.", p = path.display());
             Ok(ExitCode::SUCCESS)
         }
     }
