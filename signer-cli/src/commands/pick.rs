@@ -1,5 +1,5 @@
-//! Which proposal an id argument means: a full id as typed, a unique prefix of one
-//! (`p-6355d6` or `6355d6`), or, with no id, the one pending proposal waiting for
+//! Which proposal an id argument means: a full id as typed (or any id the server
+//! knows as typed), else a unique prefix of one (`p-6355d6` or `6355d6`), or, with no id, the one pending proposal waiting for
 //! this approver. Whatever is picked is then fetched, checked and shown in full as
 //! before; only the typing of 34 characters is saved, never the hash confirmation.
 
@@ -48,6 +48,15 @@ pub async fn pick(client: &Client, id: Option<&str>, status: Option<Status>) -> 
                 "{} is not a proposal id or a prefix of one (ids look like p-6355d6cdb2d22a2c8419ddadf40b0d31)",
                 crate::display::quote(id)
             )));
+        }
+        // An id the server knows as typed is that proposal; only an unknown one is
+        // looked up as a prefix.
+        if let Ok(exact) = ProposalId::parse(id) {
+            match client.get(&format!("/v1/proposals/{exact}")).await {
+                Ok(_) => return Ok(exact),
+                Err(e) if e.to_string().starts_with("UNKNOWN_PROPOSAL:") => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     let query = match status {
