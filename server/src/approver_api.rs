@@ -422,7 +422,10 @@ async fn audit_log(State(st): State<ApiState>, Reader(_who): Reader) -> Result<R
     };
     Ok((
         [
-            (axum::http::header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/x-ndjson".to_owned(),
+            ),
             (axum::http::HeaderName::from_static("audit-head"), head),
         ],
         body,

@@ -27,8 +27,7 @@ pub fn parse_head(v: &str) -> anyhow::Result<Option<(u64, Sha256Hex)>> {
     let seq = seq
         .parse()
         .map_err(|_| anyhow::anyhow!("Audit-Head {v:?}: bad sequence number"))?;
-    let hash = Sha256Hex::parse(hash)
-        .map_err(|e| anyhow::anyhow!("Audit-Head {v:?}: {e}"))?;
+    let hash = Sha256Hex::parse(hash).map_err(|e| anyhow::anyhow!("Audit-Head {v:?}: {e}"))?;
     Ok(Some((seq, hash)))
 }
 
@@ -38,8 +37,9 @@ pub fn parse_entries(body: &str) -> anyhow::Result<Vec<AuditEntry>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("line {} of the audit answer is not an audit entry", i + 1))
+            serde_json::from_str(l).with_context(|| {
+                format!("line {} of the audit answer is not an audit entry", i + 1)
+            })
         })
         .collect()
 }
@@ -49,8 +49,12 @@ pub fn parse_entries(body: &str) -> anyhow::Result<Vec<AuditEntry>> {
 pub async fn fetch(server: &str, key: &Path) -> anyhow::Result<AuditLog> {
     let text = std::fs::read_to_string(key)
         .with_context(|| format!("cannot read the key file {}", key.display()))?;
-    let key = SecretKey::parse(&text)
-        .with_context(|| format!("{} is not a key file (made by `signer-cli keygen`)", key.display()))?;
+    let key = SecretKey::parse(&text).with_context(|| {
+        format!(
+            "{} is not a key file (made by `signer-cli keygen`)",
+            key.display()
+        )
+    })?;
     let base = server.trim_end_matches('/');
     let url = reqwest::Url::parse(&format!("{base}/v1/audit"))
         .with_context(|| format!("--server {server} is not a URL like http://127.0.0.1:4800"))?;
@@ -98,7 +102,9 @@ pub async fn fetch(server: &str, key: &Path) -> anyhow::Result<AuditLog> {
         anyhow::bail!("{url} refused: {why}");
     }
     let head = head.ok_or_else(|| {
-        anyhow::anyhow!("{url} answered without an Audit-Head header: is this an approval gate's approver API?")
+        anyhow::anyhow!(
+            "{url} answered without an Audit-Head header: is this an approval gate's approver API?"
+        )
     })?;
     Ok((parse_entries(&body)?, parse_head(&head)?))
 }

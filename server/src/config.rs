@@ -159,7 +159,11 @@ impl ConfigSource {
             format!(
                 "no policies folder at {path}: pass --policies DIR, a folder of <kind>.toml files (policies/ in the repository is an example)"
             )
-        } else if self.agents.as_ref().is_some_and(|a| *path == a.display().to_string()) {
+        } else if self
+            .agents
+            .as_ref()
+            .is_some_and(|a| *path == a.display().to_string())
+        {
             format!(
                 "no agents file at {path}: make one with `approval-server agent add NAME --agents {path}`"
             )

@@ -120,7 +120,10 @@ fn open_proposals(svc: &Service) -> Vec<approval_core::ProposalId> {
 }
 
 /// Which of `open` a reload ended as POLICY_CHANGED.
-fn policy_changed(svc: &Service, open: &[approval_core::ProposalId]) -> Vec<approval_core::ProposalId> {
+fn policy_changed(
+    svc: &Service,
+    open: &[approval_core::ProposalId],
+) -> Vec<approval_core::ProposalId> {
     let now = svc.now();
     open.iter()
         .filter(|id| {

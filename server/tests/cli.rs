@@ -285,7 +285,11 @@ fn check_without_a_keyring_says_how_to_make_one() {
         .args(["check", "--policies", "policies", "--keys", "keys.example"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "ok: 3 approver(s) in keys.example; 2 polic(ies) in policies: email.send (2 of 3), note.write (2 of 3)\n"
@@ -310,7 +314,13 @@ fn listen_on_a_taken_port_names_the_listen_flag() {
         (vec!["demo", "--listen", &addr], "--listen"),
         (vec!["serve", "--listen", &addr], "--listen"),
         (
-            vec!["serve", "--listen", "127.0.0.1:0", "--approver-listen", &addr],
+            vec![
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--approver-listen",
+                &addr,
+            ],
             "--approver-listen",
         ),
     ] {
@@ -422,13 +432,21 @@ async fn audit_verify_and_export_work_against_a_running_server() {
         .await
         .unwrap();
     assert_eq!(v["result"]["structuredContent"]["code"], "PENDING_QUORUM");
-    std::fs::write(dir.path().join("bob.key"), common::key("bob").to_file_text()).unwrap();
+    std::fs::write(
+        dir.path().join("bob.key"),
+        common::key("bob").to_file_text(),
+    )
+    .unwrap();
     let out = bin()
         .current_dir(dir.path())
         .args(["audit", "verify", "--server", &api, "--key", "bob.key"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.starts_with("ok: 1 audit entries, chain intact, head "),

@@ -220,9 +220,10 @@ impl Client {
                 )))
             });
         }
-        let id = v.get("server_id").and_then(Value::as_str).ok_or_else(|| {
-            self.not_an_approver_api("the answer's server_id is not a string")
-        })?;
+        let id = v
+            .get("server_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| self.not_an_approver_api("the answer's server_id is not a string"))?;
         ServerId::parse(id).map_err(|e| network(format!("the server's /healthz answer: {e}")))
     }
 

@@ -555,9 +555,7 @@ fn a_key_the_server_does_not_hold_for_your_name_is_named_with_both_fingerprints(
     let path = s.env.path("my-alice.key");
     write_mode(&path, &mine.to_file_text(), 0o600);
     let key = path.display().to_string();
-    let r = s
-        .env
-        .run(&["pending", "--server", &s.api, "--key", &key]);
+    let r = s.env.run(&["pending", "--server", &s.api, "--key", &key]);
     assert_eq!(r.code, 1, "{r:?}");
     let theirs = fingerprint(&secret("alice").public_key());
     let ours = fingerprint(&mine.public_key());
@@ -577,9 +575,7 @@ fn a_key_the_server_does_not_hold_for_your_name_is_named_with_both_fingerprints(
 fn an_address_that_is_not_the_approver_api_says_so_with_the_address_tried() {
     let s = Server::start();
     let key = s.env.path("alice.key").display().to_string();
-    let r = s
-        .env
-        .run(&["pending", "--server", &s.mcp, "--key", &key]);
+    let r = s.env.run(&["pending", "--server", &s.mcp, "--key", &key]);
     assert_eq!(r.code, 3, "{r:?}");
     let want = format!(
         "signer-cli: {mcp} is not an approval gate's approver API (no /healthz answer at {mcp}/healthz: ",
@@ -644,12 +640,17 @@ fn show_and_approve_take_a_unique_prefix_or_the_one_pending_proposal() {
     let r = s.cli("bob", &["approve", "--yes"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
-        r.stderr
-            .starts_with("signer-cli: 2 pending proposals wait for you: give the id, or a unique prefix of it: "),
+        r.stderr.starts_with(
+            "signer-cli: 2 pending proposals wait for you: give the id, or a unique prefix of it: "
+        ),
         "{}",
         r.stderr
     );
-    assert!(r.stderr.contains(&a) && r.stderr.contains(&b), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&a) && r.stderr.contains(&b),
+        "{}",
+        r.stderr
+    );
     let r = s.cli("bob", &["approve", "p-zz", "--yes"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(

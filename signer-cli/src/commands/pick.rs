@@ -17,7 +17,9 @@ const SEARCH_LIMIT: usize = 1000;
 /// Whether `id` is a whole proposal id: `p-` and 32 lowercase hex digits.
 fn is_full_id(id: &str) -> bool {
     id.strip_prefix("p-").is_some_and(|h| {
-        h.len() == 32 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        h.len() == 32
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
 }
 
@@ -33,7 +35,10 @@ fn normalise(prefix: &str) -> String {
 
 /// The ids in `candidates` that start with `prefix` (already normalised).
 pub fn matching<'a>(candidates: &'a [String], prefix: &str) -> Vec<&'a String> {
-    candidates.iter().filter(|c| c.starts_with(prefix)).collect()
+    candidates
+        .iter()
+        .filter(|c| c.starts_with(prefix))
+        .collect()
 }
 
 /// Resolves the id argument of `show` and the decision commands.
@@ -43,7 +48,12 @@ pub async fn pick(client: &Client, id: Option<&str>, status: Option<Status>) -> 
         if is_full_id(id) {
             return ProposalId::parse(id).map_err(|e| usage(escape(&e.to_string())));
         }
-        if id.trim().is_empty() || !id.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if id.trim().is_empty()
+            || !id
+                .trim()
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
             return Err(usage(format!(
                 "{} is not a proposal id or a prefix of one (ids look like p-6355d6cdb2d22a2c8419ddadf40b0d31)",
                 crate::display::quote(id)
@@ -60,7 +70,10 @@ pub async fn pick(client: &Client, id: Option<&str>, status: Option<Status>) -> 
         }
     }
     let query = match status {
-        Some(s) => format!("/v1/proposals?status={}&limit={SEARCH_LIMIT}", s.as_str().to_ascii_lowercase()),
+        Some(s) => format!(
+            "/v1/proposals?status={}&limit={SEARCH_LIMIT}",
+            s.as_str().to_ascii_lowercase()
+        ),
         None => format!("/v1/proposals?status=all&limit={SEARCH_LIMIT}"),
     };
     let v = client.get(&query).await?;
@@ -73,7 +86,9 @@ pub async fn pick(client: &Client, id: Option<&str>, status: Option<Status>) -> 
         .filter_map(|p| p.get("proposal_id").and_then(Value::as_str))
         .map(str::to_owned)
         .collect();
-    let where_ = status.map(|s| format!(" {}", s.as_str())).unwrap_or_default();
+    let where_ = status
+        .map(|s| format!(" {}", s.as_str()))
+        .unwrap_or_default();
     match id {
         Some(prefix) => {
             let prefix = normalise(prefix);
@@ -101,7 +116,9 @@ pub async fn pick(client: &Client, id: Option<&str>, status: Option<Status>) -> 
                 .ok_or_else(|| usage("this command needs your key (--key FILE)"))?;
             let mut waiting = Vec::new();
             for p in list {
-                let Ok(c) = check(p, None, &server_id) else { continue };
+                let Ok(c) = check(p, None, &server_id) else {
+                    continue;
+                };
                 if c.status == Status::Pending
                     && c.may_decide(&me)
                     && !c.has_decided(&me, "approve")
@@ -151,7 +168,11 @@ mod tests {
         assert!(!is_full_id("6355d6cdb2d22a2c8419ddadf40b0d31"));
         assert_eq!(normalise("6355"), "p-6355");
         assert_eq!(normalise("P-6355"), "p-6355");
-        let ids = vec!["p-6355aa".to_owned(), "p-6355bb".to_owned(), "p-7000".to_owned()];
+        let ids = vec![
+            "p-6355aa".to_owned(),
+            "p-6355bb".to_owned(),
+            "p-7000".to_owned(),
+        ];
         assert_eq!(matching(&ids, "p-6355").len(), 2);
         assert_eq!(matching(&ids, "p-6355b"), vec![&ids[1]]);
         assert!(matching(&ids, "p-8").is_empty());
