@@ -621,14 +621,18 @@ fn show_and_approve_take_a_unique_prefix_or_the_one_pending_proposal() {
     );
     assert!(r.stdout.contains("approved: 1 of 2"), "{}", r.stdout);
     // Alice has decided: nothing waits for her any more.
-    let r = s.cli("alice", &["approve", "--yes"]);
+    let r = s.cli("alice", &["approve"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(
         r.stderr,
         "signer-cli: no pending proposal waits for you (alice): nothing to do; give an id to look at another one\n"
     );
     // A unique prefix, with or without `p-`.
-    let r = s.cli("carol", &["approve", &id[..10], "--yes"]);
+    let carol = s.env.path("carol.key").display().to_string();
+    let r = s.env.run_stdin(
+        &["approve", &id[..10], "--server", &s.api, "--key", &carol],
+        &format!("{}\n", &hash[..8]),
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("approved: 2 of 2"), "{}", r.stdout);
     let r = s.cli("bob", &["show", &id[2..12]]);
@@ -637,7 +641,7 @@ fn show_and_approve_take_a_unique_prefix_or_the_one_pending_proposal() {
     // Two pending for bob: no id is ambiguous, and the ids are named.
     let (a, _) = agent.prepare("note.write", json!({"text": "a"}), "second");
     let (b, _) = agent.prepare("note.write", json!({"text": "b"}), "third");
-    let r = s.cli("bob", &["approve", "--yes"]);
+    let r = s.cli("bob", &["approve"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.stderr.starts_with(
@@ -651,10 +655,25 @@ fn show_and_approve_take_a_unique_prefix_or_the_one_pending_proposal() {
         "{}",
         r.stderr
     );
-    let r = s.cli("bob", &["approve", "p-zz", "--yes"]);
+    let r = s.cli("bob", &["approve", "p-zz"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(
         r.stderr,
         "signer-cli: no PENDING proposal you may see has an id starting with p-zz: `signer-cli pending` lists them\n"
+    );
+    // --yes signs without asking: only a whole id, never a prefix or none.
+    for args in [vec!["approve", "--yes"], vec!["approve", &a[..8], "--yes"]] {
+        let r = s.cli("bob", &args);
+        assert_ne!(r.code, 0, "{args:?}: {r:?}");
+    }
+    let r = s.cli("bob", &["approve", "--yes"]);
+    assert_eq!(
+        r.stderr,
+        "signer-cli: --yes signs without asking, so it needs the whole proposal id: a script names exactly what it signs\n"
+    );
+    assert_eq!(
+        agent.status(&a)["approvals"],
+        json!([]),
+        "nothing was signed for bob"
     );
 }

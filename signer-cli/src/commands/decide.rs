@@ -92,7 +92,8 @@ pub fn outcome_line(decision: Decision, c: &Checked) -> String {
 
 /// `signer-cli approve|reject|revoke|resolve [ID]`: a full id, a unique prefix of
 /// one in the status the decision needs, or (approve, reject) none: the one pending
-/// proposal waiting for this approver, still shown in full and confirmed.
+/// proposal waiting for this approver, still shown in full and confirmed. With
+/// `--yes` (no confirmation) the id is taken exactly as typed.
 pub async fn decide(
     settings: &Settings,
     id: Option<&str>,
@@ -108,7 +109,17 @@ pub async fn decide(
         )));
     }
     let client = connect(settings)?;
-    let id = super::pick::pick(&client, id, Some(needed)).await?;
+    // Signing without asking names exactly what it signs: a prefix or no id would let
+    // whoever can propose (or withdraw) steer which proposal a script approves.
+    let id = match (yes, id) {
+        (true, Some(id)) => super::parse_id(id)?,
+        (true, None) => {
+            return Err(usage(
+                "--yes signs without asking, so it needs the whole proposal id: a script names exactly what it signs",
+            ))
+        }
+        (false, id) => super::pick::pick(&client, id, Some(needed)).await?,
+    };
     let (checked, server_id) = fetch(&client, &id).await?;
     let shown = checked.render(now_unix(), !settings.json && color());
     if settings.json {
