@@ -404,18 +404,36 @@ async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Respo
 /// needs the store, which the running server locks). The log holds ids, kinds,
 /// agents, approvers, times and outcomes, never payloads or summaries.
 async fn audit_log(State(st): State<ApiState>, Reader(_who): Reader) -> Result<Response, ApiError> {
-    let (entries, head) = st.svc.store().audit().map_err(ServiceError::from)?;
-    let mut body = String::new();
-    for e in &entries {
-        let line = serde_json::to_string(e).map_err(|e| {
-            ApiError(ServiceError::new(
-                Code::Internal,
-                format!("cannot encode an audit entry: {e}"),
-            ))
-        })?;
-        body.push_str(&line);
-        body.push('\n');
-    }
+    // One audit read at a time: it holds the whole log in memory, and any approver
+    // may ask for it.
+    static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let _permit = ONE_AT_A_TIME.try_acquire().map_err(|_| {
+        ApiError(ServiceError::new(
+            Code::LimitExceeded,
+            "another audit read is running: try again when it has finished",
+        ))
+    })?;
+    let store = st.svc.store().clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let (entries, head) = store.audit()?;
+        let mut body = String::new();
+        for e in &entries {
+            let line = serde_json::to_string(e).map_err(|e| {
+                ServiceError::new(Code::Internal, format!("cannot encode an audit entry: {e}"))
+            })?;
+            body.push_str(&line);
+            body.push('\n');
+        }
+        Ok::<_, ServiceError>((body, head))
+    })
+    .await
+    .map_err(|e| {
+        ApiError(ServiceError::new(
+            Code::Internal,
+            format!("the audit read stopped: {e}"),
+        ))
+    })?;
+    let (body, head) = read?;
     let head = match head {
         Some((seq, hash)) => format!("{seq} {hash}"),
         None => "none".to_owned(),

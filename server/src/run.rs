@@ -137,6 +137,9 @@ fn policy_changed(
 /// `1 open proposal ended POLICY_CHANGED: p-...` (at most 20 ids named).
 pub fn ended_message(ids: &[approval_core::ProposalId]) -> String {
     const SHOWN: usize = 20;
+    if ids.is_empty() {
+        return "open proposals ended POLICY_CHANGED (see the audit log for which)".into();
+    }
     let n = ids.len();
     let mut names = ids
         .iter()
@@ -296,4 +299,35 @@ fn spawn_background(svc: Arc<Service>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod newcomer_messages {
+    use super::*;
+    use approval_core::ProposalId;
+
+    #[test]
+    fn ended_message_names_the_proposals() {
+        let id = |s: &str| ProposalId::parse(s).unwrap();
+        assert_eq!(
+            ended_message(&[id("p-1")]),
+            "1 open proposal ended POLICY_CHANGED: p-1"
+        );
+        assert_eq!(
+            ended_message(&[id("p-1"), id("p-2")]),
+            "2 open proposals ended POLICY_CHANGED: p-1, p-2"
+        );
+        let many: Vec<ProposalId> = (0..25).map(|i| id(&format!("p-{i}"))).collect();
+        assert!(ended_message(&many).ends_with("p-19 and 5 more"));
+    }
+
+    #[test]
+    fn a_taken_address_names_the_flag() {
+        let e = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let addr: SocketAddr = "127.0.0.1:4800".parse().unwrap();
+        assert_eq!(
+            cannot_listen(addr, "--listen", &e),
+            "cannot listen on 127.0.0.1:4800: the address is already in use (another approval-server, or another program, has port 4800): stop it, or pick another address with --listen, e.g. --listen 127.0.0.1:4801"
+        );
+    }
 }
