@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod code;
+pub mod fingerprint;
 pub mod ids;
 pub mod json;
 pub mod keyring;

@@ -82,6 +82,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/proposals/{id}/decisions", post(decide))
         .route("/v1/proposals/{id}/receipt", get(receipt))
         .route("/v1/events", get(events))
+        .route("/v1/audit", get(audit_log))
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(state.clone(), settle))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
@@ -133,9 +134,25 @@ impl axum::extract::FromRequestParts<ApiState> for Reader {
         .map_err(|e| {
             if e == ReadAuthError::BadSignature {
                 budget.failed(&auth.approver, st.svc.now());
+                return ApiError(ServiceError::new(
+                    Code::Unauthorized,
+                    with_held_key(e.to_string(), &st.svc, &auth.approver),
+                ));
             }
             unauthorized(e)
         })
+    }
+}
+
+/// A refusal for a signature that does not verify, naming the fingerprint of the key
+/// the server holds for that name, so the approver can see a key mismatch.
+pub fn with_held_key(message: String, svc: &Service, who: &ApproverName) -> String {
+    match svc.config().keyring.get(who) {
+        Some(k) => format!(
+            "{message}; {}",
+            approval_core::fingerprint::held_key_note(who, k)
+        ),
+        None => message,
     }
 }
 
@@ -377,5 +394,59 @@ async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Respo
                 .interval(Duration::from_secs(15))
                 .text("keep-alive"),
         )
+        .into_response())
+}
+
+/// `GET /v1/audit` (signed read, any approver in the keyring): the whole audit log
+/// as JSON lines, exactly as `approval-server audit export` writes it, with the
+/// store's head in `Audit-Head: <seq> <sha256>` (`Audit-Head: none` when empty),
+/// so an operator can verify the chain of a running server (the offline form
+/// needs the store, which the running server locks). The log holds ids, kinds,
+/// agents, approvers, times and outcomes, never payloads or summaries.
+async fn audit_log(State(st): State<ApiState>, Reader(_who): Reader) -> Result<Response, ApiError> {
+    // One audit read at a time: it holds the whole log in memory, and any approver
+    // may ask for it.
+    static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let _permit = ONE_AT_A_TIME.try_acquire().map_err(|_| {
+        ApiError(ServiceError::new(
+            Code::LimitExceeded,
+            "another audit read is running: try again when it has finished",
+        ))
+    })?;
+    let store = st.svc.store().clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let (entries, head) = store.audit()?;
+        let mut body = String::new();
+        for e in &entries {
+            let line = serde_json::to_string(e).map_err(|e| {
+                ServiceError::new(Code::Internal, format!("cannot encode an audit entry: {e}"))
+            })?;
+            body.push_str(&line);
+            body.push('\n');
+        }
+        Ok::<_, ServiceError>((body, head))
+    })
+    .await
+    .map_err(|e| {
+        ApiError(ServiceError::new(
+            Code::Internal,
+            format!("the audit read stopped: {e}"),
+        ))
+    })?;
+    let (body, head) = read?;
+    let head = match head {
+        Some((seq, hash)) => format!("{seq} {hash}"),
+        None => "none".to_owned(),
+    };
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/x-ndjson".to_owned(),
+            ),
+            (axum::http::HeaderName::from_static("audit-head"), head),
+        ],
+        body,
+    )
         .into_response())
 }

@@ -67,6 +67,38 @@ pub async fn run(url: String, token: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the bridge says when the service cannot be reached: a refused connection is
+/// named as such (is the service running?), other failures keep the cause.
+pub fn unreachable(url: &str, e: &reqwest::Error) -> String {
+    let mut root: &dyn std::error::Error = e;
+    while let Some(s) = root.source() {
+        root = s;
+    }
+    let refused = e.is_connect()
+        && root
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+    if refused {
+        format!(
+            "connection refused at {url}: is the service running? Start it with `approval-server serve` (or `demo`), or pass its MCP endpoint to --connect"
+        )
+    } else if e.is_connect() {
+        format!("cannot connect to {url}: {root}: is the service running, and is this its MCP endpoint?")
+    } else {
+        format!("approval service unreachable at {url}: {root}")
+    }
+}
+
+/// What the bridge says when the service wants an agent token (HTTP 401): for
+/// stdio the fix is the bridge's `--token` flag or `APPROVAL_AGENT_TOKEN`.
+pub fn token_refused(token_given: bool) -> String {
+    if token_given {
+        "the approval service does not know this agent token: check the token given with --token or APPROVAL_AGENT_TOKEN (`approval-server agent add NAME` makes one; the server loads its agents file at start and on SIGHUP)".into()
+    } else {
+        "the approval service needs an agent token: start the bridge with `approval-server stdio --connect URL --token agt_...` or set APPROVAL_AGENT_TOKEN (`approval-server agent add NAME` prints a token)".into()
+    }
+}
+
 /// A header value as the 2026-07-28 transport writes it: plain when it can be,
 /// else `=?base64?...?=`.
 fn header_value(v: &str) -> String {
@@ -151,11 +183,7 @@ async fn forward(
     let resp = match req.send().await {
         Ok(r) => r,
         Err(e) => {
-            if let Some(m) = error_for(
-                &msg,
-                -32603,
-                format!("approval service unreachable at {url}: {e}"),
-            ) {
+            if let Some(m) = error_for(&msg, -32603, unreachable(url, &e)) {
                 let _ = tx.send(m).await;
             }
             return;
@@ -230,6 +258,9 @@ async fn forward(
                 if v.get("id") == Some(&Value::Null) && v.get("error").is_some() {
                     if let Some(id) = msg.get("id") {
                         v["id"] = id.clone();
+                    }
+                    if status == reqwest::StatusCode::UNAUTHORIZED {
+                        v["error"]["message"] = json!(token_refused(token.is_some()));
                     }
                 }
                 if initialize {

@@ -140,3 +140,36 @@ impl ConfigSource {
         })
     }
 }
+
+impl ConfigSource {
+    /// A load error with what to do next when a file or folder is missing
+    /// (`check` and `serve` with their default paths, on a fresh checkout).
+    pub fn explain(&self, e: &ConfigError) -> String {
+        let ConfigError::Io { path, err } = e else {
+            return e.to_string();
+        };
+        if err.kind() != std::io::ErrorKind::NotFound {
+            return e.to_string();
+        }
+        let hint = if *path == self.keys.display().to_string() {
+            format!(
+                "no keyring at {path}: pass --keys FILE, a file of `<name> ed25519 <base64 key>` lines (keys.example in the repository shows the format; each approver prints their line with `signer-cli keygen --name NAME`; `approval-server demo` writes demo-keys/keyring)"
+            )
+        } else if *path == self.policies.display().to_string() {
+            format!(
+                "no policies folder at {path}: pass --policies DIR, a folder of <kind>.toml files (policies/ in the repository is an example)"
+            )
+        } else if self
+            .agents
+            .as_ref()
+            .is_some_and(|a| *path == a.display().to_string())
+        {
+            format!(
+                "no agents file at {path}: make one with `approval-server agent add NAME --agents {path}`"
+            )
+        } else {
+            return e.to_string();
+        };
+        hint
+    }
+}

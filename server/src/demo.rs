@@ -1,10 +1,13 @@
 //! `approval-server demo`: the newcomer's start.
 //!
 //! Makes three demo approvers (alice, bob, carol) whose secret keys it writes to
-//! `./demo-keys/`, loads the example policies built into the binary, and prints the
-//! exact `signer-cli` commands to approve what an agent proposes. Real keys never
-//! live beside the server; the demo says so loudly.
+//! `./demo-keys/`, loads the policies in `./policies` (the repository's examples,
+//! reloaded on SIGHUP like `serve`; built-in copies of them when started elsewhere),
+//! and prints the one `curl` that makes a first proposal and the exact `signer-cli`
+//! commands to approve it. Real keys never live beside the server; the demo says so
+//! loudly.
 
+use crate::config::ConfigSource;
 use anyhow::Context;
 use approval_core::keyring::SecretKey;
 use approval_core::{ApproverName, Keyring};
@@ -22,6 +25,47 @@ pub const EXAMPLE_POLICIES: [(&str, &str); 2] = [
         include_str!("../../policies/email.send.toml"),
     ),
 ];
+
+/// Where the demo's policies come from: `--policies DIR` if given (it must exist),
+/// else `./policies` if it is a folder, else the built-in copies of the examples.
+pub fn policy_source(
+    policies: Option<PathBuf>,
+    keys: PathBuf,
+    agents: Option<PathBuf>,
+) -> anyhow::Result<ConfigSource> {
+    let default = PathBuf::from("./policies");
+    let folder = match policies {
+        Some(dir) if dir.is_dir() => Some(dir),
+        Some(dir) => anyhow::bail!(
+            "--policies {}: no such folder: pass a folder of <kind>.toml policies (the repository's policies/ is an example)",
+            dir.display()
+        ),
+        None if default.is_dir() => Some(default),
+        None => None,
+    };
+    Ok(match folder {
+        Some(dir) => ConfigSource {
+            policies: dir,
+            keys,
+            agents,
+            embedded_policies: None,
+        },
+        None => ConfigSource {
+            policies: PathBuf::from(BUILT_IN),
+            keys,
+            agents,
+            embedded_policies: Some(
+                EXAMPLE_POLICIES
+                    .iter()
+                    .map(|(n, t)| (n.to_string(), t.to_string()))
+                    .collect(),
+            ),
+        },
+    })
+}
+
+/// How the banner and errors name the built-in policies.
+pub const BUILT_IN: &str = "<built-in copies of the example policies>";
 
 /// The demo approvers.
 pub const APPROVERS: [&str; 3] = ["alice", "bob", "carol"];
@@ -70,10 +114,38 @@ pub fn prepare_keys(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The one command that makes a first proposal, as an agent would.
+pub fn propose_command(mcp_url: &str, with_token: bool) -> String {
+    let auth = if with_token {
+        " -H 'Authorization: Bearer AGENT_TOKEN'"
+    } else {
+        ""
+    };
+    format!(
+        "curl -s {mcp_url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'{auth} -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"approval_prepare\",\"arguments\":{{\"kind\":\"note.write\",\"payload\":{{\"text\":\"Hello from the agent\"}},\"summary\":\"Write a greeting\"}}}}}}'"
+    )
+}
+
 /// The banner printed once the demo listens.
-pub fn banner(mcp_url: &str, api_url: &str, keys: &Path) -> String {
+pub fn banner(mcp_url: &str, api_url: &str, keys: &Path, source: &ConfigSource) -> String {
     let k = keys.display();
-    [
+    let policies = if source.embedded_policies.is_some() {
+        format!(
+            "Policies: {BUILT_IN} (no ./policies folder here; start with --policies DIR to use and reload your own)."
+        )
+    } else {
+        format!(
+            "Policies: {}/*.toml. Edit one, then `kill -HUP {}` reloads it (open proposals of a changed kind end POLICY_CHANGED).",
+            source.policies.display(),
+            std::process::id()
+        )
+    };
+    let token_note = if source.agents.is_some() {
+        "   (with --agents: replace AGENT_TOKEN by a token from `approval-server agent add NAME`)"
+    } else {
+        ""
+    };
+    let mut lines: Vec<String> = vec![
         String::new(),
         "=====================================================================".into(),
         format!(" DEMO MODE. The approvers' SECRET keys are in {k}/ next to the server."),
@@ -81,17 +153,25 @@ pub fn banner(mcp_url: &str, api_url: &str, keys: &Path) -> String {
         " with `signer-cli keygen` on their own laptop and sends you the public line.".into(),
         "=====================================================================".into(),
         String::new(),
-        "1. Connect an agent (Claude Code):".into(),
+        "1. Propose as an agent would (in a second terminal):".into(),
+        format!("     {}", propose_command(mcp_url, source.agents.is_some())),
+        "   or connect an agent (Claude Code) and ask it to write a note through the gate:".into(),
         format!("     claude mcp add --transport http approval {mcp_url}"),
-        "   and ask it to write a note through the approval gate (kind \"note.write\").".into(),
         String::new(),
-        "2. Approve as two humans (carol is required by the note.write policy):".into(),
+        "2. Approve as two humans (carol is required by the note.write policy); with".into(),
+        "   one pending proposal the id may be left out, or given as a unique prefix:".into(),
         format!("     signer-cli --server {api_url} --key {k}/alice.key pending"),
         format!("     signer-cli --server {api_url} --key {k}/alice.key show ID"),
         format!("     signer-cli --server {api_url} --key {k}/alice.key approve ID"),
         format!("     signer-cli --server {api_url} --key {k}/carol.key approve ID"),
         String::new(),
         "3. The agent's approval_status turns executable; approval_execute runs it once.".into(),
-    ]
-    .join("\n")
+        String::new(),
+        policies,
+        "Port taken? Start with --listen 127.0.0.1:4801 (any free address).".into(),
+    ];
+    if !token_note.is_empty() {
+        lines.insert(9, token_note.into());
+    }
+    lines.join("\n")
 }

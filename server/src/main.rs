@@ -4,7 +4,7 @@ use anyhow::Context;
 use approval_server::config::ConfigSource;
 use approval_server::run::{self, ServeOptions};
 use approval_server::store::{SledStore, Store};
-use approval_server::{agents, audit, bridge, demo};
+use approval_server::{agents, audit, audit_remote, bridge, demo};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -64,9 +64,17 @@ enum Command {
     },
     /// Start with the example policies and three demo approvers (keys in ./demo-keys).
     Demo {
-        /// Address to listen on.
+        /// Address to listen on (another port if 4800 is taken, e.g. 127.0.0.1:4801).
         #[arg(long, default_value = "127.0.0.1:4800")]
         listen: SocketAddr,
+        /// Folder of policies, reloaded on SIGHUP [default: ./policies if it exists,
+        /// else built-in copies of the repository's example policies].
+        #[arg(long)]
+        policies: Option<PathBuf>,
+        /// Agents file (`approval-server agent add NAME --agents FILE`); without it,
+        /// only loopback clients, as `local`. Reloaded on SIGHUP.
+        #[arg(long)]
+        agents: Option<PathBuf>,
         /// Store folder.
         #[arg(long, default_value = "./data")]
         data: PathBuf,
@@ -91,7 +99,7 @@ enum Command {
         #[arg(long)]
         agents: Option<PathBuf>,
     },
-    /// The audit log (run while the server is stopped: the store is locked while it runs).
+    /// The audit log: from the store (server stopped) or from a running server (--server).
     Audit {
         #[command(subcommand)]
         action: AuditAction,
@@ -103,19 +111,32 @@ enum Command {
     },
 }
 
+/// Where the audit log is read from.
+#[derive(clap::Args, Clone)]
+struct AuditFrom {
+    /// Store folder (read directly: the server must be stopped).
+    #[arg(long, default_value = "./data", conflicts_with = "server")]
+    data: PathBuf,
+    /// A running server's approver API, e.g. http://127.0.0.1:4800 (signed read of
+    /// /v1/audit; needs --key). The chain is checked here, as offline.
+    #[arg(long, value_name = "URL", requires = "key")]
+    server: Option<String>,
+    /// Secret key file of an approver in the server's keyring (signer-cli keygen).
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum AuditAction {
     /// Check the hash chain: any edit, reorder or gap fails.
     Verify {
-        /// Store folder.
-        #[arg(long, default_value = "./data")]
-        data: PathBuf,
+        #[command(flatten)]
+        from: AuditFrom,
     },
     /// Write every entry as one JSON line on stdout.
     Export {
-        /// Store folder.
-        #[arg(long, default_value = "./data")]
-        data: PathBuf,
+        #[command(flatten)]
+        from: AuditFrom,
     },
 }
 
@@ -200,6 +221,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Demo {
             listen,
+            policies,
+            agents,
             data,
             keys_dir,
         } => {
@@ -207,17 +230,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let keys = demo::prepare_keys(&keys_dir)?;
             let opts = ServeOptions {
                 data,
-                source: ConfigSource {
-                    policies: PathBuf::from("<built-in examples>"),
-                    keys,
-                    agents: None,
-                    embedded_policies: Some(
-                        demo::EXAMPLE_POLICIES
-                            .iter()
-                            .map(|(n, t)| (n.to_string(), t.to_string()))
-                            .collect(),
-                    ),
-                },
+                source: demo::policy_source(policies, keys, agents)?,
                 listen,
                 approver_listen: None,
                 allowed_hosts: vec![],
@@ -266,22 +279,28 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("{e}");
+                    eprintln!("{}", source.explain(&e));
                     Ok(ExitCode::FAILURE)
                 }
             }
         }
         Command::Audit { action } => {
-            let data = match &action {
-                AuditAction::Verify { data } | AuditAction::Export { data } => data.clone(),
+            let from = match &action {
+                AuditAction::Verify { from } | AuditAction::Export { from } => from.clone(),
             };
-            let store = SledStore::open(&data.join("store")).with_context(|| {
-                format!(
-                    "cannot open the store in {} (stop the server first)",
-                    data.display()
-                )
-            })?;
-            let (entries, head) = store.audit()?;
+            let (entries, head) = match (&from.server, &from.key) {
+                (Some(url), Some(key)) => audit_remote::fetch(url, key).await?,
+                _ => {
+                    let data = from.data;
+                    let store = SledStore::open(&data.join("store")).with_context(|| {
+                        format!(
+                            "cannot open the store in {} (a running server locks it: stop it, or read the running server's log with --server URL --key FILE)",
+                            data.display()
+                        )
+                    })?;
+                    store.audit()?
+                }
+            };
             match action {
                 AuditAction::Verify { .. } => match audit::verify_chain(entries, head) {
                     Ok(n) => {
@@ -341,7 +360,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             writeln!(f, "{}", agents::line(&name, &token))?;
             f.sync_all()?;
             println!("{token}");
-            eprintln!("agent {name} added to {}. The token above is shown once: give it to the agent (Authorization: Bearer <token>); the file keeps only its hash. Send SIGHUP to a running server to load it.", path.display());
+            eprintln!("agent {name} added to {p}. The token above is shown once: give it to the agent (Authorization: Bearer <token> over HTTP, --token or APPROVAL_AGENT_TOKEN for `approval-server stdio`); the file keeps only its hash. Start the server (serve or demo) with --agents {p}, or send SIGHUP to one already started with it, to load it.", p = path.display());
             Ok(ExitCode::SUCCESS)
         }
     }

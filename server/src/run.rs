@@ -49,7 +49,10 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
         std::fs::set_permissions(&opts.data, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot restrict {} to its owner", opts.data.display()))?;
     }
-    let config = opts.source.load().context("configuration refused")?;
+    let config = opts
+        .source
+        .load()
+        .map_err(|e| anyhow::anyhow!("configuration refused: {}", opts.source.explain(&e)))?;
     let sled: Arc<dyn Store> =
         Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
             format!(
@@ -73,17 +76,84 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
             "proposals found EXECUTING are now OUTCOME_UNKNOWN"
         );
     }
+    let open = open_proposals(&svc);
     let voided = svc
         .void_changed_policies()
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if voided > 0 {
-        tracing::warn!(
-            voided,
-            "proposals under changed policies are now POLICY_CHANGED"
-        );
+        tracing::warn!("{}", ended_message(&policy_changed(&svc, &open)));
     }
     Ok(svc)
+}
+
+/// Why a listener could not start, and the flag that picks another address.
+pub fn cannot_listen(addr: SocketAddr, flag: &str, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            "cannot listen on {addr}: the address is already in use (another approval-server, or another program, has port {}): stop it, or pick another address with {flag}, e.g. {flag} {}:{}",
+            addr.port(),
+            url_host_ip(&addr),
+            addr.port().wrapping_add(1).max(1)
+        )
+    } else {
+        format!("cannot listen on {addr}: {e}: pick another address with {flag}")
+    }
+}
+
+fn url_host_ip(addr: &SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => a.ip().to_string(),
+        SocketAddr::V6(a) => format!("[{}]", a.ip()),
+    }
+}
+
+/// The ids of the open (PENDING or APPROVED) proposals, before a reload.
+fn open_proposals(svc: &Service) -> Vec<approval_core::ProposalId> {
+    use approval_core::Status;
+    [Status::Pending, Status::Approved]
+        .into_iter()
+        .filter_map(|st| svc.store().list_status(st, usize::MAX).ok())
+        .flatten()
+        .map(|r| r.id().clone())
+        .collect()
+}
+
+/// Which of `open` a reload ended as POLICY_CHANGED.
+fn policy_changed(
+    svc: &Service,
+    open: &[approval_core::ProposalId],
+) -> Vec<approval_core::ProposalId> {
+    let now = svc.now();
+    open.iter()
+        .filter(|id| {
+            matches!(svc.store().get(id), Ok(Some(r))
+                if r.lifecycle.at(now).status == approval_core::Status::PolicyChanged)
+        })
+        .cloned()
+        .collect()
+}
+
+/// `1 open proposal ended POLICY_CHANGED: p-...` (at most 20 ids named).
+pub fn ended_message(ids: &[approval_core::ProposalId]) -> String {
+    const SHOWN: usize = 20;
+    if ids.is_empty() {
+        return "open proposals ended POLICY_CHANGED (see the audit log for which)".into();
+    }
+    let n = ids.len();
+    let mut names = ids
+        .iter()
+        .take(SHOWN)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if n > SHOWN {
+        names.push_str(&format!(" and {} more", n - SHOWN));
+    }
+    format!(
+        "{n} open proposal{} ended POLICY_CHANGED: {names}",
+        if n == 1 { "" } else { "s" }
+    )
 }
 
 fn url_host(addr: &SocketAddr) -> String {
@@ -105,14 +175,14 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
     mcp_opts.allowed_origins = opts.allowed_origins.clone();
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", opts.listen))?;
+        .map_err(|e| anyhow::anyhow!(cannot_listen(opts.listen, "--listen", &e)))?;
     let mcp_addr = listener.local_addr()?;
     let mcp_opts = mcp_opts.allow_own_origins(mcp_addr.port());
     let (main_router, approver) = match opts.approver_listen {
         Some(a) => {
             let l = tokio::net::TcpListener::bind(a)
                 .await
-                .with_context(|| format!("cannot listen on {a}"))?;
+                .map_err(|e| anyhow::anyhow!(cannot_listen(a, "--approver-listen", &e)))?;
             (http::mcp_router(svc.clone(), &mcp_opts), Some(l))
         }
         None => (http::app(svc.clone(), &mcp_opts), None),
@@ -129,7 +199,8 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
             crate::demo::banner(
                 &format!("http://{}/mcp", url_host(&mcp_addr)),
                 &format!("http://{}", url_host(&approver_addr)),
-                keys
+                keys,
+                &opts.source
             )
         );
     }
@@ -217,10 +288,46 @@ fn spawn_background(svc: Arc<Service>) {
             return;
         };
         while hup.recv().await.is_some() {
+            let open = open_proposals(&svc);
             match svc.reload().await {
-                Ok(voided) => tracing::info!(voided, "configuration reloaded"),
+                Ok(0) => tracing::info!("configuration reloaded"),
+                Ok(_) => tracing::info!(
+                    "configuration reloaded; {}",
+                    ended_message(&policy_changed(&svc, &open))
+                ),
                 Err(e) => tracing::error!("reload refused, keeping the old configuration:\n{e}"),
             }
         }
     });
+}
+
+#[cfg(test)]
+mod newcomer_messages {
+    use super::*;
+    use approval_core::ProposalId;
+
+    #[test]
+    fn ended_message_names_the_proposals() {
+        let id = |s: &str| ProposalId::parse(s).unwrap();
+        assert_eq!(
+            ended_message(&[id("p-1")]),
+            "1 open proposal ended POLICY_CHANGED: p-1"
+        );
+        assert_eq!(
+            ended_message(&[id("p-1"), id("p-2")]),
+            "2 open proposals ended POLICY_CHANGED: p-1, p-2"
+        );
+        let many: Vec<ProposalId> = (0..25).map(|i| id(&format!("p-{i}"))).collect();
+        assert!(ended_message(&many).ends_with("p-19 and 5 more"));
+    }
+
+    #[test]
+    fn a_taken_address_names_the_flag() {
+        let e = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let addr: SocketAddr = "127.0.0.1:4800".parse().unwrap();
+        assert_eq!(
+            cannot_listen(addr, "--listen", &e),
+            "cannot listen on 127.0.0.1:4800: the address is already in use (another approval-server, or another program, has port 4800): stop it, or pick another address with --listen, e.g. --listen 127.0.0.1:4801"
+        );
+    }
 }

@@ -764,8 +764,9 @@ impl Service {
         if !self.verified.verify(&key, &d, &rec.preview_sha256) {
             self.bad_signatures.failed(&d.approver, self.now());
             return Err(forbidden(format!(
-                "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring",
-                d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision
+                "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring; {}",
+                d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision,
+                approval_core::fingerprint::held_key_note(&d.approver, &key)
             )));
         }
         if let Some(prev) = rec

@@ -85,11 +85,57 @@ impl Client {
         if detail.is_empty() {
             detail = e.to_string();
         }
+        let hint = if e.is_connect() {
+            ": is the server running, and is this the \"Approver API:\" address it printed?"
+        } else {
+            ""
+        };
         network(format!(
-            "{what} to the approval server at {}: {}",
+            "{what} to the approval server at {}: {}{hint}",
             self.base(),
             escape(&detail)
         ))
+    }
+
+    /// The refusal when `--server` does not lead to an approver API (the MCP
+    /// endpoint, another service, a wrong path): names the address tried.
+    fn not_an_approver_api(&self, why: &str) -> anyhow::Error {
+        network(format!(
+            "{} is not an approval gate's approver API (no /healthz answer at {}/healthz: {}): pass the \"Approver API:\" address that `approval-server serve` or `demo` prints, e.g. --server http://127.0.0.1:4800",
+            self.base(),
+            self.base(),
+            escape(why)
+        ))
+    }
+
+    /// When a signature was refused and the server named the key it holds for this
+    /// approver, compares that with our own key: another key is the real cause.
+    fn explain_key(&self, err: anyhow::Error) -> anyhow::Error {
+        use approval_core::fingerprint::{fingerprint, key_mismatch_advice, parse_held_key_note};
+        let Some(k) = &self.key else { return err };
+        let text = err.to_string();
+        match parse_held_key_note(&text) {
+            Some((name, theirs)) if name == k.name => {
+                let ours = fingerprint(&k.public_key());
+                if theirs == ours {
+                    return err;
+                }
+                refused(format!(
+                    "{} (the server said: {text})",
+                    key_mismatch_advice(&name, &theirs, &ours)
+                ))
+            }
+            _ => err,
+        }
+    }
+
+    /// An error answer that is not the API's JSON: if `/healthz` does not answer as
+    /// an approval gate either, says so instead of the bare HTTP status.
+    async fn check_is_api(&self, err: anyhow::Error) -> anyhow::Error {
+        match self.server_id().await {
+            Ok(_) => err,
+            Err(e) => e,
+        }
     }
 
     fn signed(&self, method: Method, url: &Url) -> Result<reqwest::RequestBuilder> {
@@ -118,7 +164,17 @@ impl Client {
             .map_err(|e| self.describe(&e))?;
         let status = resp.status();
         let text = self.read_body(resp).await?;
-        interpret(status, &text)
+        self.interpret_here(status, &text).await
+    }
+
+    /// [`interpret`], then the two causes worth naming: another key for this name,
+    /// or an address that is not an approver API.
+    async fn interpret_here(&self, status: StatusCode, text: &str) -> Result<Value> {
+        match interpret(status, text) {
+            Ok(v) => Ok(v),
+            Err(e) if is_api_error(text) => Err(self.explain_key(e)),
+            Err(e) => Err(self.check_is_api(e).await),
+        }
     }
 
     /// Reads a body up to [`MAX_BODY_BYTES`] as UTF-8.
@@ -139,11 +195,35 @@ impl Client {
     /// `GET /healthz`: the server's id.
     pub async fn server_id(&self) -> Result<ServerId> {
         let url = self.url("/healthz")?;
-        let v = self.exchange(self.http.get(url)).await?;
+        let resp = self
+            .http
+            .get(url)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| self.describe(&e))?;
+        let status = resp.status();
+        let text = self.read_body(resp).await?;
+        let v = match approval_core::json::parse_exact(&text) {
+            Ok(v) if v.get("server_id").is_some() => v,
+            _ => {
+                return Err(self.not_an_approver_api(&format!(
+                    "HTTP {status}, \"{}\"",
+                    crate::display::truncate(&text, 60)
+                )))
+            }
+        };
+        if !status.is_success() {
+            return interpret(status, &text).and_then(|_| {
+                Err(network(format!(
+                    "the server's /healthz answered HTTP {status}"
+                )))
+            });
+        }
         let id = v
             .get("server_id")
             .and_then(Value::as_str)
-            .ok_or_else(|| network("the server's /healthz answer has no server_id"))?;
+            .ok_or_else(|| self.not_an_approver_api("the answer's server_id is not a string"))?;
         ServerId::parse(id).map_err(|e| network(format!("the server's /healthz answer: {e}")))
     }
 
@@ -164,7 +244,7 @@ impl Client {
             .map_err(|e| self.describe(&e))?;
         let status = resp.status();
         let text = self.read_body(resp).await?;
-        interpret(status, &text)?;
+        self.interpret_here(status, &text).await?;
         Ok(text)
     }
 
@@ -201,11 +281,18 @@ impl Client {
         }
         let status = resp.status();
         let text = self.read_body(resp).await?;
-        interpret(status, &text)?;
+        self.interpret_here(status, &text).await?;
         Err(network(format!(
             "the server answered /v1/events with HTTP {status}"
         )))
     }
+}
+
+/// Whether a body is the API's JSON error `{code, message}`.
+fn is_api_error(text: &str) -> bool {
+    approval_core::json::parse_exact(text)
+        .ok()
+        .is_some_and(|v| v.get("code").and_then(Value::as_str).is_some())
 }
 
 /// Maps an answer to its JSON (2xx) or to the error it means.

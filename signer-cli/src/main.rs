@@ -68,13 +68,13 @@ enum Command {
     Pending,
     /// Show a proposal's full preview, checked locally, hidden characters made visible.
     Show {
-        /// The proposal id.
-        id: String,
+        /// The proposal id, or a unique prefix of it (none: the one pending proposal waiting for you).
+        id: Option<String>,
     },
     /// Approve a proposal: shows it, asks for the hash prefix, signs, sends.
     Approve {
-        /// The proposal id.
-        id: String,
+        /// The proposal id, or a unique prefix of it (none: the one pending proposal waiting for you).
+        id: Option<String>,
         /// Why (signed along with the decision).
         #[arg(long, default_value = "")]
         reason: String,
@@ -84,8 +84,8 @@ enum Command {
     },
     /// Reject (veto) a pending proposal.
     Reject {
-        /// The proposal id.
-        id: String,
+        /// The proposal id, or a unique prefix of it (none: the one pending proposal waiting for you).
+        id: Option<String>,
         /// Why (signed along with the decision).
         #[arg(long, default_value = "")]
         reason: String,
@@ -95,7 +95,7 @@ enum Command {
     },
     /// Revoke an approval before the action runs.
     Revoke {
-        /// The proposal id.
+        /// The proposal id, or a unique prefix of it.
         id: String,
         /// Why (signed along with the decision).
         #[arg(long, default_value = "")]
@@ -106,7 +106,7 @@ enum Command {
     },
     /// Settle a proposal whose outcome is unknown (the server died while it ran).
     Resolve {
-        /// The proposal id.
+        /// The proposal id, or a unique prefix of it.
         id: String,
         /// What really happened.
         #[arg(long)]
@@ -154,17 +154,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         timeout: Duration::from_secs(cli.timeout),
     };
     let s = &s;
-    let d = |id: String, decision, reason: String, yes| async move {
-        decide::decide(s, &id, decision, &reason, yes).await
+    let d = |id: Option<String>, decision, reason: String, yes| async move {
+        decide::decide(s, id.as_deref(), decision, &reason, yes).await
     };
     match cli.command {
         Command::Keygen { name, out } => keygen::keygen(s, &name, out.as_deref()),
         Command::Pubkey => keygen::pubkey(s),
         Command::Pending => pending::pending(s).await,
-        Command::Show { id } => show::show(s, &id).await,
+        Command::Show { id } => show::show(s, id.as_deref()).await,
         Command::Approve { id, reason, yes } => d(id, Decision::Approve, reason, yes).await,
         Command::Reject { id, reason, yes } => d(id, Decision::Reject, reason, yes).await,
-        Command::Revoke { id, reason, yes } => d(id, Decision::Revoke, reason, yes).await,
+        Command::Revoke { id, reason, yes } => d(Some(id), Decision::Revoke, reason, yes).await,
         Command::Resolve {
             id,
             outcome,
@@ -175,7 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Outcome::Succeeded => Decision::ResolveSucceeded,
                 Outcome::Failed => Decision::ResolveFailed,
             };
-            d(id, decision, reason, yes).await
+            d(Some(id), decision, reason, yes).await
         }
         Command::Receipt { id, out } => receipt::receipt(s, &id, out.as_deref()).await,
         Command::Verify {

@@ -543,3 +543,137 @@ fn watch_sees_a_new_proposal() {
     );
     assert!(line.contains(&format!("hash {}", &hash[..8])), "{line}");
 }
+
+/// Issue 16: a newcomer who makes their own key for a name the server holds another
+/// key for is told exactly that, with both fingerprints, instead of a bare
+/// "read signature does not verify".
+#[test]
+fn a_key_the_server_does_not_hold_for_your_name_is_named_with_both_fingerprints() {
+    use approval_core::fingerprint::fingerprint;
+    let s = Server::start();
+    let mine = approval_core::keyring::SecretKey::from_seed(name("alice"), [42; 32]);
+    let path = s.env.path("my-alice.key");
+    write_mode(&path, &mine.to_file_text(), 0o600);
+    let key = path.display().to_string();
+    let r = s.env.run(&["pending", "--server", &s.api, "--key", &key]);
+    assert_eq!(r.code, 1, "{r:?}");
+    let theirs = fingerprint(&secret("alice").public_key());
+    let ours = fingerprint(&mine.public_key());
+    assert_eq!(
+        r.stderr,
+        format!(
+            "signer-cli: the server has another key for alice: {theirs} ; yours is {ours} ; send your keyring line (`signer-cli pubkey`) to whoever runs the server, or use the key file the server knows (the server said: UNAUTHORIZED: read signature does not verify for this approver, time, method and path; the server's key for alice is {theirs})\n"
+        )
+    );
+    // With the key the server knows, the same command works.
+    assert_eq!(s.cli("alice", &["pending"]).code, 0);
+}
+
+/// Issue 16: signer-cli pointed at the MCP endpoint (or any address without the
+/// approver API) says so and names the address, instead of a bare HTTP status.
+#[test]
+fn an_address_that_is_not_the_approver_api_says_so_with_the_address_tried() {
+    let s = Server::start();
+    let key = s.env.path("alice.key").display().to_string();
+    let r = s.env.run(&["pending", "--server", &s.mcp, "--key", &key]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let want = format!(
+        "signer-cli: {mcp} is not an approval gate's approver API (no /healthz answer at {mcp}/healthz: ",
+        mcp = s.mcp
+    );
+    assert!(r.stderr.starts_with(&want), "{}", r.stderr);
+    assert!(
+        r.stderr.ends_with("): pass the \"Approver API:\" address that `approval-server serve` or `demo` prints, e.g. --server http://127.0.0.1:4800\n"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Issue 16: `show`/`approve` take a unique id prefix, and with no id the one
+/// pending proposal waiting for this approver, still shown whole and confirmed by
+/// the hash prefix; an ambiguous or unknown prefix is refused, naming the ids.
+#[test]
+fn show_and_approve_take_a_unique_prefix_or_the_one_pending_proposal() {
+    let s = Server::start();
+    let mut agent = s.agent();
+    let (id, hash) = agent.prepare("note.write", json!({"text": "one"}), "first");
+    let r = s.cli("alice", &["show"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.stderr,
+        format!("signer-cli: one pending proposal waits for you (alice): {id}\n")
+    );
+    assert!(r.stdout.contains(&hash), "{}", r.stdout);
+    // No id, no --yes: the whole preview and the hash-prefix question, as with an id.
+    let key = s.env.path("alice.key").display().to_string();
+    let r = s.env.run_stdin(
+        &["approve", "--server", &s.api, "--key", &key],
+        &format!("{}\n", &hash[..8]),
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("\"text\": \"one\""), "{}", r.stdout);
+    assert!(
+        r.stderr.contains(&format!(
+            "To approve proposal {id}, type the first 8 characters of its preview hash: "
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("approved: 1 of 2"), "{}", r.stdout);
+    // Alice has decided: nothing waits for her any more.
+    let r = s.cli("alice", &["approve"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(
+        r.stderr,
+        "signer-cli: no pending proposal waits for you (alice): nothing to do; give an id to look at another one\n"
+    );
+    // A unique prefix, with or without `p-`.
+    let carol = s.env.path("carol.key").display().to_string();
+    let r = s.env.run_stdin(
+        &["approve", &id[..10], "--server", &s.api, "--key", &carol],
+        &format!("{}\n", &hash[..8]),
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("approved: 2 of 2"), "{}", r.stdout);
+    let r = s.cli("bob", &["show", &id[2..12]]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(&hash), "{}", r.stdout);
+    // Two pending for bob: no id is ambiguous, and the ids are named.
+    let (a, _) = agent.prepare("note.write", json!({"text": "a"}), "second");
+    let (b, _) = agent.prepare("note.write", json!({"text": "b"}), "third");
+    let r = s.cli("bob", &["approve"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.starts_with(
+            "signer-cli: 2 pending proposals wait for you: give the id, or a unique prefix of it: "
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(&a) && r.stderr.contains(&b),
+        "{}",
+        r.stderr
+    );
+    let r = s.cli("bob", &["approve", "p-zz"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(
+        r.stderr,
+        "signer-cli: no PENDING proposal you may see has an id starting with p-zz: `signer-cli pending` lists them\n"
+    );
+    // --yes signs without asking: only a whole id, never a prefix or none.
+    for args in [vec!["approve", "--yes"], vec!["approve", &a[..8], "--yes"]] {
+        let r = s.cli("bob", &args);
+        assert_ne!(r.code, 0, "{args:?}: {r:?}");
+    }
+    let r = s.cli("bob", &["approve", "--yes"]);
+    assert_eq!(
+        r.stderr,
+        "signer-cli: --yes signs without asking, so it needs the whole proposal id: a script names exactly what it signs\n"
+    );
+    assert_eq!(
+        agent.status(&a)["approvals"],
+        json!([]),
+        "nothing was signed for bob"
+    );
+}

@@ -195,7 +195,13 @@ async fn stdio_reports_an_unreachable_service_as_an_error() -> anyhow::Result<()
         Ok(_) => anyhow::bail!("initialize succeeded against nothing"),
         Err(e) => format!("{e:#}"),
     };
-    assert!(err.contains("unreachable"), "{err}");
+    // Issue 16: a closed port is named as such, with what to check.
+    assert!(
+        err.contains(&format!(
+            "connection refused at {url}: is the service running?"
+        )),
+        "{err}"
+    );
     assert!(Mcp::connect(&url, None).await.is_err());
     Ok(())
 }

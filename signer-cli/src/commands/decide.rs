@@ -6,7 +6,7 @@
 //! the hash computed here, never the one the server claimed.
 
 use super::show::fetch;
-use super::{connect, out, outln, parse_id};
+use super::{connect, out, outln};
 use crate::client::now_unix;
 use crate::config::Settings;
 use crate::display::{color, to_json};
@@ -90,17 +90,36 @@ pub fn outcome_line(decision: Decision, c: &Checked) -> String {
     }
 }
 
-/// `signer-cli approve|reject|revoke|resolve ID`.
+/// `signer-cli approve|reject|revoke|resolve [ID]`: a full id, a unique prefix of
+/// one in the status the decision needs, or (approve, reject) none: the one pending
+/// proposal waiting for this approver, still shown in full and confirmed. With
+/// `--yes` (no confirmation) the id is taken exactly as typed.
 pub async fn decide(
     settings: &Settings,
-    id: &str,
+    id: Option<&str>,
     decision: Decision,
     reason: &str,
     yes: bool,
 ) -> Result<()> {
-    let id = parse_id(id)?;
     check_reason(reason).map_err(|e| usage(e.to_string()))?;
+    let (needed, _) = allowed(decision);
+    if id.is_none() && needed != Status::Pending {
+        return Err(usage(format!(
+            "{decision} needs the proposal id (or a unique prefix of it)"
+        )));
+    }
     let client = connect(settings)?;
+    // Signing without asking names exactly what it signs: a prefix or no id would let
+    // whoever can propose (or withdraw) steer which proposal a script approves.
+    let id = match (yes, id) {
+        (true, Some(id)) => super::parse_id(id)?,
+        (true, None) => {
+            return Err(usage(
+                "--yes signs without asking, so it needs the whole proposal id: a script names exactly what it signs",
+            ))
+        }
+        (false, id) => super::pick::pick(&client, id, Some(needed)).await?,
+    };
     let (checked, server_id) = fetch(&client, &id).await?;
     let shown = checked.render(now_unix(), !settings.json && color());
     if settings.json {

@@ -4,6 +4,7 @@ pub mod decide;
 pub mod keygen;
 pub mod offline;
 pub mod pending;
+pub mod pick;
 pub mod receipt;
 pub mod show;
 pub mod watch;

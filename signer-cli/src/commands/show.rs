@@ -1,6 +1,6 @@
 //! `show ID`: the whole preview, checked locally, with every hidden character made visible.
 
-use super::{connect, out, outln, parse_id};
+use super::{connect, out, outln};
 use crate::client::{now_unix, Client};
 use crate::config::Settings;
 use crate::proposal::{check, Checked};
@@ -14,10 +14,11 @@ pub async fn fetch(client: &Client, id: &ProposalId) -> Result<(Checked, ServerI
     Ok((check(&view, Some(id), &server_id)?, server_id))
 }
 
-/// `signer-cli show ID`.
-pub async fn show(settings: &Settings, id: &str) -> Result<()> {
-    let id = parse_id(id)?;
+/// `signer-cli show [ID]`: a full id, a unique prefix, or none (the one pending
+/// proposal waiting for this approver).
+pub async fn show(settings: &Settings, id: Option<&str>) -> Result<()> {
     let client = connect(settings)?;
+    let id = super::pick::pick(&client, id, None).await?;
     let (checked, _) = fetch(&client, &id).await?;
     if settings.json {
         outln(&crate::display::to_json(&checked.to_json()));
