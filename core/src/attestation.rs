@@ -76,10 +76,10 @@ pub enum AttestationError {
     /// Signed by another key than the one the verifier trusts.
     #[error("the attestation is by server key {found}, not the expected {expected}: check --server-key against the server's /healthz")]
     KeyMismatch {
-        /// The key the verifier trusts.
-        expected: PublicKey,
-        /// The key the attestation names.
-        found: PublicKey,
+        /// The key the verifier trusts (base64).
+        expected: String,
+        /// The key the attestation names (base64).
+        found: String,
     },
     /// For another server than the preview's.
     #[error("the attestation is by server {found} but the preview is from server {expected}")]
@@ -124,8 +124,13 @@ impl Attestation {
         approved_at: Timestamp,
         claimed_at: Timestamp,
     ) -> Self {
-        let msg =
-            attestation_message(server_id, proposal_id, preview_sha256, approved_at, claimed_at);
+        let msg = attestation_message(
+            server_id,
+            proposal_id,
+            preview_sha256,
+            approved_at,
+            claimed_at,
+        );
         Self {
             server_id: server_id.clone(),
             server_key: PublicKey::from_signing_key(key),
@@ -152,8 +157,8 @@ impl Attestation {
     ) -> Result<(), AttestationError> {
         if &self.server_key != server_key {
             return Err(AttestationError::KeyMismatch {
-                expected: *server_key,
-                found: self.server_key,
+                expected: server_key.to_base64(),
+                found: self.server_key.to_base64(),
             });
         }
         if &self.server_id != server_id {

@@ -30,6 +30,7 @@ pub mod receipt;
 pub mod status;
 pub mod time;
 
+pub use attestation::{Attestation, AttestationError};
 pub use code::Code;
 pub use ids::{ApproverName, Kind, ProposalId, ServerId, Sha256Hex};
 pub use keyring::{Keyring, KeyringError, PublicKey};
@@ -37,7 +38,8 @@ pub use message::{Decision, SignedDecision};
 pub use policy::{Policy, PolicyError, PolicySet};
 pub use preview::Preview;
 pub use quorum::{evaluate, QuorumOutcome, Tally};
-pub use attestation::{Attestation, AttestationError};
-pub use receipt::{verify_receipt, verify_receipt_attested, Receipt, ReceiptError, VerifiedReceipt};
+pub use receipt::{
+    verify_receipt, verify_receipt_attested, Receipt, ReceiptError, VerifiedReceipt,
+};
 pub use status::{Lifecycle, Status, TransitionError};
 pub use time::{Seconds, Timestamp};

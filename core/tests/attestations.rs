@@ -76,7 +76,12 @@ fn an_attested_receipt_verifies_under_the_server_key_and_round_trips() {
     // verifies quorum-only; it is written without the field too.
     let plain = serde_json::to_string(&quorum_receipt()).unwrap();
     assert!(!plain.contains("attestation"));
-    assert!(verify_receipt(&Receipt::from_json_text(&plain).unwrap(), &full_keyring(), None).is_ok());
+    assert!(verify_receipt(
+        &Receipt::from_json_text(&plain).unwrap(),
+        &full_keyring(),
+        None
+    )
+    .is_ok());
 }
 
 #[test]
@@ -158,7 +163,10 @@ fn check_expiry_with_the_server_key_uses_the_servers_window() {
     assert!(verify_receipt(&r, &full_keyring(), Some(t(2000))).is_ok());
     // The attested window is approved_at + execute_within.
     assert!(with_key(&r, Some(t(699))).is_ok());
-    assert_eq!(with_key(&r, Some(t(700))), Err(ReceiptError::Expired(t(700))));
+    assert_eq!(
+        with_key(&r, Some(t(700))),
+        Err(ReceiptError::Expired(t(700)))
+    );
 }
 
 #[test]
@@ -167,7 +175,9 @@ fn an_attestation_by_another_key_or_for_another_proposal_is_refused() {
     let other = PublicKey::from_signing_key(&SigningKey::from_bytes(&seed("impostor")));
     assert!(matches!(
         verify_receipt_attested(&r, &full_keyring(), &other, None),
-        Err(ReceiptError::Attestation(AttestationError::KeyMismatch { .. }))
+        Err(ReceiptError::Attestation(
+            AttestationError::KeyMismatch { .. }
+        ))
     ));
     // Signed by an impostor who also wrote its key into the attestation.
     let p = standard_preview();
@@ -182,7 +192,9 @@ fn an_attestation_by_another_key_or_for_another_proposal_is_refused() {
     let r2 = quorum_receipt().with_attestation(Some(impostor));
     assert!(matches!(
         with_key(&r2, None),
-        Err(ReceiptError::Attestation(AttestationError::KeyMismatch { .. }))
+        Err(ReceiptError::Attestation(
+            AttestationError::KeyMismatch { .. }
+        ))
     ));
     // Another proposal id or preview hash under the right key: refused.
     for (id, hash) in [

@@ -182,7 +182,10 @@ impl Store for FailStop {
     fn server_key(&self) -> Result<Option<approval_core::PublicKey>, StoreError> {
         self.inner.server_key()
     }
-    fn bind_server_key(&self, key: &approval_core::PublicKey) -> Result<approval_core::PublicKey, StoreError> {
+    fn bind_server_key(
+        &self,
+        key: &approval_core::PublicKey,
+    ) -> Result<approval_core::PublicKey, StoreError> {
         self.inner.bind_server_key(key)
     }
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
@@ -305,7 +308,10 @@ mod tests {
         fn server_key(&self) -> Result<Option<approval_core::PublicKey>, StoreError> {
             self.inner.server_key()
         }
-        fn bind_server_key(&self, key: &approval_core::PublicKey) -> Result<approval_core::PublicKey, StoreError> {
+        fn bind_server_key(
+            &self,
+            key: &approval_core::PublicKey,
+        ) -> Result<approval_core::PublicKey, StoreError> {
             self.inner.bind_server_key(key)
         }
         fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {

@@ -62,10 +62,10 @@ pub enum IdentityError {
         path: PathBuf,
         /// The store's server.
         server_id: ServerId,
-        /// The key the store is bound to.
-        bound: PublicKey,
-        /// The key in the file.
-        file: PublicKey,
+        /// The key the store is bound to (base64).
+        bound: String,
+        /// The key in the file (base64).
+        file: String,
     },
     /// The store is bound to a key whose file is gone.
     #[error("server {server_id} is bound to identity key {bound}, but {path} is missing: restore it from your backup (a new key would make every receipt it attested unverifiable, so none is made)")]
@@ -74,8 +74,8 @@ pub enum IdentityError {
         path: PathBuf,
         /// The store's server.
         server_id: ServerId,
-        /// The key the store is bound to.
-        bound: PublicKey,
+        /// The key the store is bound to (base64).
+        bound: String,
     },
     /// The store failed.
     #[error(transparent)]
@@ -112,7 +112,7 @@ impl ServerIdentity {
                     return Err(IdentityError::Missing {
                         path,
                         server_id: store.server_id().clone(),
-                        bound,
+                        bound: bound.to_base64(),
                     })
                 }
                 None => create_key(&path)?,
@@ -127,8 +127,8 @@ impl ServerIdentity {
             return Err(IdentityError::Mismatch {
                 path,
                 server_id: store.server_id().clone(),
-                bound,
-                file: public,
+                bound: bound.to_base64(),
+                file: public.to_base64(),
             });
         }
         Ok(Self {
@@ -271,11 +271,7 @@ mod tests {
             let store = SledStore::open(&other.path().join("store")).unwrap();
             ServerIdentity::open(other.path(), &store).unwrap();
         }
-        std::fs::copy(
-            other.path().join(KEY_FILE),
-            dir.path().join("other.key"),
-        )
-        .unwrap();
+        std::fs::copy(other.path().join(KEY_FILE), dir.path().join("other.key")).unwrap();
         let kept = std::fs::read(dir.path().join(KEY_FILE)).unwrap();
         std::fs::rename(dir.path().join("other.key"), dir.path().join(KEY_FILE)).unwrap();
         let store = loop {
@@ -286,7 +282,7 @@ mod tests {
         };
         assert!(matches!(
             ServerIdentity::open(dir.path(), &store),
-            Err(IdentityError::Mismatch { bound, .. }) if bound == first
+            Err(IdentityError::Mismatch { bound, .. }) if bound == first.to_base64()
         ));
         // Missing: refused, no new key made.
         std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();

@@ -846,10 +846,15 @@ impl Store for GatedStore {
     fn server_id(&self) -> &approval_core::ServerId {
         self.inner.server_id()
     }
-    fn server_key(&self) -> Result<Option<approval_core::PublicKey>, approval_server::store::StoreError> {
+    fn server_key(
+        &self,
+    ) -> Result<Option<approval_core::PublicKey>, approval_server::store::StoreError> {
         self.inner.server_key()
     }
-    fn bind_server_key(&self, key: &approval_core::PublicKey) -> Result<approval_core::PublicKey, approval_server::store::StoreError> {
+    fn bind_server_key(
+        &self,
+        key: &approval_core::PublicKey,
+    ) -> Result<approval_core::PublicKey, approval_server::store::StoreError> {
         self.inner.bind_server_key(key)
     }
     fn get(

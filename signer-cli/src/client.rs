@@ -9,10 +9,10 @@
 
 use crate::display::escape;
 use crate::failure::{network, refused};
+use crate::known_servers::{self, Identity, Verdict};
 use anyhow::Result;
 use approval_core::keyring::SecretKey;
 use approval_core::message::sign_read;
-use crate::known_servers::{self, Identity, Verdict};
 use approval_core::{PublicKey, ServerId};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
@@ -199,6 +199,15 @@ impl Client {
             *c = Some(seen.server_id.clone());
         }
         Ok(seen.server_id)
+    }
+
+    /// [`Client::server_id`] checked again now, not from an earlier check (a watch
+    /// that reconnects may be talking to a restarted or replaced server).
+    pub async fn recheck_server_id(&self) -> Result<ServerId> {
+        if let Ok(mut c) = self.checked.lock() {
+            *c = None;
+        }
+        self.server_id().await
     }
 
     /// A signed `GET` of an approver API path (with its query).

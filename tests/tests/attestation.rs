@@ -102,12 +102,7 @@ async fn a_receipt_reassembled_after_a_revoke_is_refused_with_the_server_key() -
         assert_eq!(qj["note"], "quorum only: revocation not checked", "{q}");
         let text = w
             .signer("alice", &server)
-            .ok(&[
-                "verify",
-                &path_str(receipt)?,
-                "--keys",
-                &path_str(&w.keys)?,
-            ])
+            .ok(&["verify", &path_str(receipt)?, "--keys", &path_str(&w.keys)?])
             .await?;
         assert!(
             text.stdout.contains("quorum only: revocation not checked"),
@@ -243,9 +238,9 @@ async fn the_webhook_and_command_executors_receive_an_attested_receipt() -> anyh
         assert_eq!(l["attestation"], r["attestation"], "{l}");
     }
     // A different key refuses it.
-    let other = approval_core::PublicKey::from_signing_key(
-        &ed25519_dalek::SigningKey::from_bytes(&[9; 32]),
-    )
+    let other = approval_core::PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(
+        &[9; 32],
+    ))
     .to_base64();
     let v = verify(&w, &server, &copy, Some(&other)).await?;
     assert_eq!(v.status.code(), Some(1), "{v}");
@@ -255,12 +250,17 @@ async fn the_webhook_and_command_executors_receive_an_attested_receipt() -> anyh
 #[tokio::test]
 async fn healthz_publishes_server_id_and_server_key() -> anyhow::Result<()> {
     let w = World::new(&["alice", "bob"])?;
-    w.write_policy("note.write.toml", NOTE_POLICY.replace(", \"carol\"", "").as_str())?;
+    w.write_policy(
+        "note.write.toml",
+        NOTE_POLICY.replace(", \"carol\"", "").as_str(),
+    )?;
     let server = w.start()?;
     let h = server.healthz().await?;
     assert_eq!(h["status"], "ok", "{h}");
     assert!(
-        h["server_id"].as_str().is_some_and(|s| s.starts_with("srv-")),
+        h["server_id"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("srv-")),
         "{h}"
     );
     let key = h["server_key"].as_str().unwrap_or_default();
@@ -278,7 +278,10 @@ fn key_file(w: &World) -> PathBuf {
 async fn the_server_identity_key_is_made_once_and_never_overwritten() -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let w = World::new(&["alice", "bob"])?;
-    w.write_policy("note.write.toml", NOTE_POLICY.replace(", \"carol\"", "").as_str())?;
+    w.write_policy(
+        "note.write.toml",
+        NOTE_POLICY.replace(", \"carol\"", "").as_str(),
+    )?;
     let mut server = w.start()?;
     let first = server.healthz().await?;
     let mode = std::fs::metadata(key_file(&w))?.permissions().mode() & 0o777;
@@ -302,7 +305,10 @@ async fn the_server_identity_key_is_made_once_and_never_overwritten() -> anyhow:
 
     // Another server's key in this data folder: refused, nothing overwritten.
     let other = World::new(&["alice", "bob"])?;
-    other.write_policy("note.write.toml", NOTE_POLICY.replace(", \"carol\"", "").as_str())?;
+    other.write_policy(
+        "note.write.toml",
+        NOTE_POLICY.replace(", \"carol\"", "").as_str(),
+    )?;
     let mut o = other.start()?;
     o.stop(Duration::from_secs(20))?;
     let foreign = std::fs::read_to_string(key_file(&other))?;
@@ -361,9 +367,9 @@ async fn signer_cli_refuses_a_server_whose_key_changed_and_signs_nothing() -> an
     assert!(pinned.contains(&line), "{pinned}");
 
     // The pin says another key (as if this were an impersonator of the pinned server).
-    let other = approval_core::PublicKey::from_signing_key(
-        &ed25519_dalek::SigningKey::from_bytes(&[7; 32]),
-    )
+    let other = approval_core::PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(
+        &[7; 32],
+    ))
     .to_base64();
     let forged = pinned.replace(h["server_key"].as_str().unwrap_or_default(), &other);
     std::fs::write(known_servers(&w), &forged)?;
@@ -405,14 +411,18 @@ async fn trust_server_repins_after_an_intended_change() -> anyhow::Result<()> {
     let id = prep.proposal_id();
     let h = server.healthz().await?;
     let key = h["server_key"].as_str().unwrap_or_default().to_owned();
-    let old = approval_core::PublicKey::from_signing_key(
-        &ed25519_dalek::SigningKey::from_bytes(&[8; 32]),
-    )
+    let old = approval_core::PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(
+        &[8; 32],
+    ))
     .to_base64();
     std::fs::create_dir_all(known_servers(&w).parent().unwrap_or(w.path()))?;
     std::fs::write(
         known_servers(&w),
-        format!("{} {} {old}\n", server.api_url, h["server_id"].as_str().unwrap_or_default()),
+        format!(
+            "{} {} {old}\n",
+            server.api_url,
+            h["server_id"].as_str().unwrap_or_default()
+        ),
     )?;
     let refused = w
         .signer("alice", &server)
