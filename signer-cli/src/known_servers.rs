@@ -144,7 +144,14 @@ pub fn check(path: &Path, url: &str, seen: &Identity) -> Result<Verdict> {
 pub fn path(overridden: Option<&Path>) -> Result<PathBuf> {
     match overridden {
         Some(p) => Ok(p.to_path_buf()),
-        None => Ok(crate::config::config_dir()?.join(FILE_NAME)),
+        None => crate::config::config_dir()
+            .map(|d| d.join(FILE_NAME))
+            .map_err(|_| {
+                usage(
+                    "neither XDG_CONFIG_HOME nor HOME is set, so there is no known_servers file \
+                     to pin the server in: pass --known-servers FILE or set SIGNER_KNOWN_SERVERS",
+                )
+            }),
     }
 }
 
