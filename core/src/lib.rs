@@ -12,10 +12,12 @@
 //! - [`message`]: the exact text an approver signs, signing and `verify_strict`;
 //! - [`quorum`]: the one function that counts signatures;
 //! - [`status`]: the state machine, transitions as functions of the current time;
-//! - [`receipt`]: what the system that acts verifies offline.
+//! - [`receipt`]: what the system that acts verifies offline;
+//! - [`attestation`]: the server's signed word that it claimed an execution in time.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod attestation;
 pub mod code;
 pub mod fingerprint;
 pub mod ids;
@@ -29,6 +31,7 @@ pub mod receipt;
 pub mod status;
 pub mod time;
 
+pub use attestation::{Attestation, AttestationError};
 pub use code::Code;
 pub use ids::{ApproverName, Kind, ProposalId, ServerId, Sha256Hex};
 pub use keyring::{Keyring, KeyringError, PublicKey};
@@ -36,6 +39,8 @@ pub use message::{Decision, SignedDecision};
 pub use policy::{Policy, PolicyError, PolicySet};
 pub use preview::Preview;
 pub use quorum::{evaluate, QuorumOutcome, Tally};
-pub use receipt::{verify_receipt, Receipt, ReceiptError, VerifiedReceipt};
+pub use receipt::{
+    verify_receipt, verify_receipt_attested, Receipt, ReceiptError, VerifiedReceipt,
+};
 pub use status::{Lifecycle, Status, TransitionError};
 pub use time::{Seconds, Timestamp};

@@ -10,7 +10,14 @@
 //! `policy_sha256` in the signed preview. A system that acts should also compare
 //! [`VerifiedReceipt::policy_sha256`] (or the quorum it states) with the policy it
 //! expects, so that a server cannot present approvals gathered under a weaker one.
+//!
+//! Quorum alone does not say that nothing stopped the approval: decisions stay
+//! valid after a revoke or a veto. A receipt of an executed proposal also carries
+//! the server's [`Attestation`] that it claimed the proposal while it was APPROVED
+//! and executable; [`verify_receipt_attested`] requires it under the server key the
+//! verifier trusts. [`verify_receipt`] checks the quorum only.
 
+use crate::attestation::{Attestation, AttestationError};
 use crate::ids::{ApproverName, ServerId, Sha256Hex};
 use crate::json::{self, PayloadError};
 use crate::keyring::{Keyring, PublicKey};
@@ -51,6 +58,10 @@ pub struct Receipt {
     pub policy: Value,
     /// The decisions that counted.
     pub decisions: Vec<ReceiptDecision>,
+    /// The server's execution attestation, once the proposal was claimed for
+    /// execution (absent before, and on a receipt assembled from the decisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<Attestation>,
 }
 
 /// Why a receipt was refused.
@@ -116,6 +127,9 @@ pub enum ReceiptError {
     /// Too late for this approval to be acted on.
     #[error("approval window closed at {0}")]
     Expired(Timestamp),
+    /// The execution attestation is missing or does not hold up.
+    #[error("execution attestation refused: {0}")]
+    Attestation(#[from] AttestationError),
 }
 
 impl From<PayloadError> for ReceiptError {
@@ -170,7 +184,14 @@ impl Receipt {
             preview_sha256: hash,
             policy: policy.canonical_json().clone(),
             decisions,
+            attestation: None,
         }
+    }
+
+    /// The receipt with the server's execution attestation.
+    pub fn with_attestation(mut self, attestation: Option<Attestation>) -> Self {
+        self.attestation = attestation;
+        self
     }
 
     /// Reads a receipt from JSON text with the exact parser.
@@ -187,6 +208,7 @@ pub struct VerifiedReceipt {
     preview_sha256: Sha256Hex,
     policy: Policy,
     approvers: Vec<ApproverName>,
+    attested: Option<Attestation>,
 }
 
 impl VerifiedReceipt {
@@ -209,6 +231,11 @@ impl VerifiedReceipt {
     /// Who approved (each counted once).
     pub fn approvers(&self) -> &[ApproverName] {
         &self.approvers
+    }
+    /// The execution attestation, when it was verified under the server's key
+    /// ([`verify_receipt_attested`]); `None` after a quorum-only verification.
+    pub fn attestation(&self) -> Option<&Attestation> {
+        self.attested.as_ref()
     }
 }
 
@@ -308,5 +335,48 @@ pub fn verify_receipt_for_server(
         preview_sha256: computed,
         policy,
         approvers: tally.approvals,
+        attested: None,
     })
+}
+
+/// Verifies a receipt of an execution: the quorum against the verifier's keyring
+/// (as [`verify_receipt`]), and the server's execution attestation under
+/// `server_key`, the key the verifier trusts for the server (as `/healthz`
+/// publishes it). The attestation must be for this exact server, proposal and
+/// preview hash, with quorum reached during the proposal's life and the claim
+/// inside `approved_at + execute_within`. A receipt without one is refused.
+///
+/// With `now`, the window that closes is the server's own:
+/// `approved_at + execute_within` from the attestation, not the wider
+/// `expires_at + execute_within` a quorum-only check must assume.
+pub fn verify_receipt_attested(
+    receipt: &Receipt,
+    keyring: &Keyring,
+    server_key: &PublicKey,
+    now: Option<Timestamp>,
+) -> Result<VerifiedReceipt, ReceiptError> {
+    let mut v = verify_receipt_for_server(receipt, keyring, None, None)?;
+    let a = receipt
+        .attestation
+        .as_ref()
+        .ok_or(AttestationError::Missing)?;
+    let p = &v.preview;
+    let within = v.policy.spec().execute_within;
+    a.verify(
+        server_key,
+        &p.server_id,
+        &p.proposal_id,
+        &v.preview_sha256,
+        p.created_at,
+        p.expires_at,
+        within,
+    )?;
+    if let Some(now) = now {
+        let closes = a.approved_at.plus(within);
+        if now >= closes {
+            return Err(ReceiptError::Expired(closes));
+        }
+    }
+    v.attested = Some(a.clone());
+    Ok(v)
 }

@@ -80,9 +80,12 @@ fn world() -> &'static World {
             .build()
             .unwrap();
         let clock = ManualClock::new(approval_fuzz::NOW);
+        let identity =
+            approval_server::identity::ServerIdentity::open(&dir, store.as_ref()).unwrap();
         let svc = rt.block_on(async {
             Service::with_limits(
                 store,
+                identity,
                 config,
                 Some(source),
                 Arc::new(clock.clone()),

@@ -214,11 +214,17 @@ async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
 
 async fn healthz(State(st): State<ApiState>) -> Response {
     let server_id = st.svc.store().server_id();
+    // The key that signs execution attestations (`signer-cli verify --server-key`),
+    // standard base64 of its 32 bytes like a keyring line; signer-cli pins it.
+    let server_key = st.svc.identity().public_key();
     match st.svc.store().failure() {
-        None => Json(json!({"status": "ok", "server_id": server_id})).into_response(),
+        None => Json(json!({"status": "ok", "server_id": server_id, "server_key": server_key}))
+            .into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "failed", "server_id": server_id, "why": why})),
+            Json(
+                json!({"status": "failed", "server_id": server_id, "server_key": server_key, "why": why}),
+            ),
         )
             .into_response(),
     }

@@ -389,6 +389,7 @@ mod tests {
             preview_sha256: Sha256Hex::digest(b"x"),
             policy: serde_json::json!({}),
             decisions: vec![],
+            attestation: None,
         }
     }
 

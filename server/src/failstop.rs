@@ -179,6 +179,15 @@ impl Store for FailStop {
     fn server_id(&self) -> &ServerId {
         self.inner.server_id()
     }
+    fn server_key(&self) -> Result<Option<approval_core::PublicKey>, StoreError> {
+        self.inner.server_key()
+    }
+    fn bind_server_key(
+        &self,
+        key: &approval_core::PublicKey,
+    ) -> Result<approval_core::PublicKey, StoreError> {
+        self.inner.bind_server_key(key)
+    }
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         self.refused()?;
         self.inner.get(id)
@@ -295,6 +304,15 @@ mod tests {
     impl Store for Faulty {
         fn server_id(&self) -> &ServerId {
             self.inner.server_id()
+        }
+        fn server_key(&self) -> Result<Option<approval_core::PublicKey>, StoreError> {
+            self.inner.server_key()
+        }
+        fn bind_server_key(
+            &self,
+            key: &approval_core::PublicKey,
+        ) -> Result<approval_core::PublicKey, StoreError> {
+            self.inner.bind_server_key(key)
         }
         fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
             self.inner.get(id)

@@ -16,6 +16,7 @@ pub mod demo;
 pub mod executor;
 pub mod failstop;
 pub mod http;
+pub mod identity;
 pub mod listener;
 pub mod mcp;
 pub mod record;

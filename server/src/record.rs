@@ -7,6 +7,7 @@
 //! a future format can be read next to this one, and a revision that every update
 //! bumps: the store's compare-and-swap is on the revision.
 
+use approval_core::attestation::Attestation;
 use approval_core::message::SignedDecision;
 use approval_core::status::{Lifecycle, Outcome, Status};
 use approval_core::{Preview, ProposalId, Sha256Hex, Timestamp};
@@ -32,6 +33,11 @@ pub struct ProposalRecord {
     pub decisions: Vec<StoredDecision>,
     /// The executor's report, once it ran.
     pub result: Option<ExecResult>,
+    /// The server's execution attestation, signed and written in the same
+    /// compare-and-swap as the APPROVED to EXECUTING claim (absent before it, and in
+    /// records written by earlier builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<Attestation>,
     /// When the record last changed.
     pub updated_at: Timestamp,
 }

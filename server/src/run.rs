@@ -9,6 +9,7 @@ use crate::config::ConfigSource;
 use crate::executor::ExecContext;
 use crate::failstop::FailStop;
 use crate::http::{self, McpOptions};
+use crate::identity::ServerIdentity;
 use crate::service::Service;
 use crate::store::{SledStore, Store};
 use anyhow::Context;
@@ -60,9 +61,12 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
                 opts.data.display()
             )
         })?);
+    let identity = ServerIdentity::open(&opts.data, sled.as_ref())
+        .context("the server's identity key is refused")?;
     let store: Arc<dyn Store> = Arc::new(FailStop::new(sled, FailStop::exit_process));
     let svc = Service::with_limits(
         store,
+        identity,
         config,
         Some(opts.source.clone()),
         Arc::new(SystemClock),
@@ -193,6 +197,11 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
     };
     println!("MCP endpoint: http://{}/mcp", url_host(&mcp_addr));
     println!("Approver API: http://{}", url_host(&approver_addr));
+    println!(
+        "Server identity: {} key {}",
+        svc.identity().server_id(),
+        svc.identity().public_key()
+    );
     if let Some(keys) = &opts.demo_keys {
         println!(
             "{}",

@@ -12,6 +12,7 @@ use crate::audit::{AuditEvent, AuditKind};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::executor::{self, ExecContext};
+use crate::identity::ServerIdentity;
 use crate::record::{ExecResult, ProposalRecord, StoredDecision, SCHEMA_VERSION};
 use crate::store::{Cas, GroupCommit, PendingLimits, Store, StoreError};
 use approval_core::ids::AgentName;
@@ -131,6 +132,8 @@ pub struct Decided {
 /// The approval service.
 pub struct Service {
     store: Arc<dyn Store>,
+    /// Signs execution attestations at the claim.
+    identity: ServerIdentity,
     commit: GroupCommit,
     config: RwLock<Arc<Config>>,
     source: Option<ConfigSource>,
@@ -172,17 +175,27 @@ impl Service {
     /// pending-proposal limits.
     pub fn new(
         store: Arc<dyn Store>,
+        identity: ServerIdentity,
         config: Config,
         source: Option<ConfigSource>,
         clock: Arc<dyn Clock>,
         exec: ExecContext,
     ) -> Arc<Self> {
-        Self::with_limits(store, config, source, clock, exec, PendingLimits::default())
+        Self::with_limits(
+            store,
+            identity,
+            config,
+            source,
+            clock,
+            exec,
+            PendingLimits::default(),
+        )
     }
 
     /// Builds the service with other pending-proposal limits.
     pub fn with_limits(
         store: Arc<dyn Store>,
+        identity: ServerIdentity,
         config: Config,
         source: Option<ConfigSource>,
         clock: Arc<dyn Clock>,
@@ -192,6 +205,7 @@ impl Service {
         Arc::new(Self {
             commit: GroupCommit::new(store.clone()),
             store,
+            identity,
             config: RwLock::new(Arc::new(config)),
             source,
             clock,
@@ -220,6 +234,11 @@ impl Service {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The server's id and identity key.
+    pub fn identity(&self) -> &ServerIdentity {
+        &self.identity
     }
 
     /// Group-commit statistics.
@@ -434,6 +453,7 @@ impl Service {
             preview,
             decisions: vec![],
             result: None,
+            attestation: None,
             updated_at: now,
         };
         let ev = Self::event(
@@ -582,7 +602,13 @@ impl Service {
                     )
                     .about(cur, now));
                 }
-                let next = cur.with_lifecycle(life, now);
+                let approved_at = cur.lifecycle.approved_at.ok_or_else(|| {
+                    ServiceError::new(Code::Internal, "an APPROVED proposal without approved_at: cannot attest its execution").about(cur, now)
+                })?;
+                let mut next = cur.with_lifecycle(life, now);
+                // Signed and stored in the same compare-and-swap as the claim, before the
+                // effect runs: the receipt the executor sees and the one read later agree.
+                next.attestation = Some(self.identity.attest(cur.id(), &cur.preview_sha256, approved_at, now));
                 Ok(Some((next.clone(), vec![Self::event(AuditKind::Executing, &next, now, json!({"agent": agent}))])))
             })
             .await?;
@@ -606,7 +632,8 @@ impl Service {
             &self.config().keyring,
             &claimed.signed_decisions(),
             |k, d, h| self.verified.verify(k, d, h),
-        );
+        )
+        .with_attestation(claimed.attestation.clone());
         let cfg = policy.spec().executor.clone();
         let exec = self.exec.clone();
         let (id, payload) = (claimed.id().clone(), claimed.preview.payload.clone());
@@ -900,7 +927,8 @@ impl Service {
             &self.config().keyring,
             &rec.signed_decisions(),
             |k, d, h| self.verified.verify(k, d, h),
-        ))
+        )
+        .with_attestation(rec.attestation.clone()))
     }
 
     /// Moves every record past its deadline to EXPIRED. Returns how many.

@@ -26,7 +26,7 @@ use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::record::{ProposalRecord, SCHEMA_VERSION};
 use approval_core::ids::AgentName;
 use approval_core::status::{Lifecycle, Status};
-use approval_core::{ProposalId, ServerId, Sha256Hex, Timestamp};
+use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -105,6 +105,11 @@ pub type AuditLog = (Vec<AuditEntry>, Option<(u64, Sha256Hex)>);
 pub trait Store: Send + Sync + 'static {
     /// The server's permanent identity, made at first start.
     fn server_id(&self) -> &ServerId;
+    /// The public identity key bound to `server_id`, once bound (see `identity`).
+    fn server_key(&self) -> Result<Option<PublicKey>, StoreError>;
+    /// Binds `key` to `server_id` if no key is bound yet, durably; returns the key
+    /// bound now (the first one bound wins, and is never replaced).
+    fn bind_server_key(&self, key: &PublicKey) -> Result<PublicKey, StoreError>;
     /// Reads a record.
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError>;
     /// Writes a new record with its audit events, refusing an id that exists or a
@@ -155,6 +160,7 @@ mod key {
     use super::*;
 
     pub const SERVER_ID: &[u8] = b"m:server_id";
+    pub const SERVER_KEY: &[u8] = b"m:server_key";
     pub const LAYOUT: &[u8] = b"m:layout";
     pub const AUDIT_HEAD: &[u8] = b"m:audit_head";
     pub const PENDING_TOTAL: &[u8] = b"c:pending";
@@ -505,6 +511,29 @@ impl Store for SledStore {
         &self.server_id
     }
 
+    fn server_key(&self) -> Result<Option<PublicKey>, StoreError> {
+        self.tree
+            .get(key::SERVER_KEY)?
+            .map(|v| {
+                PublicKey::parse(&String::from_utf8_lossy(&v))
+                    .map_err(|e| corrupt(key::SERVER_KEY, e))
+            })
+            .transpose()
+    }
+
+    fn bind_server_key(&self, pk: &PublicKey) -> Result<PublicKey, StoreError> {
+        let b64 = pk.to_base64();
+        // Only the first key bound wins, even if two processes raced here.
+        let _ = self.tree.compare_and_swap(
+            key::SERVER_KEY,
+            None as Option<&[u8]>,
+            Some(b64.as_bytes()),
+        )?;
+        self.db.flush()?;
+        self.server_key()?
+            .ok_or_else(|| StoreError::Backend("the server key was not stored".into()))
+    }
+
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         let k = key::record(id);
         match self.tree.get(&k)? {
@@ -837,6 +866,7 @@ pub(crate) mod contract {
             preview,
             decisions: vec![],
             result: None,
+            attestation: None,
             updated_at: Timestamp::from_unix(created),
         }
     }
@@ -1023,6 +1053,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         contract::run(&store);
+    }
+
+    #[test]
+    fn the_server_key_is_bound_once_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(&[1; 32]));
+        let b = PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(&[2; 32]));
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            assert_eq!(store.server_key().unwrap(), None);
+            assert_eq!(store.bind_server_key(&a).unwrap(), a);
+            // A second bind never replaces the first.
+            assert_eq!(store.bind_server_key(&b).unwrap(), a);
+        }
+        let store = reopen(dir.path());
+        assert_eq!(store.server_key().unwrap(), Some(a));
     }
 
     #[test]

@@ -88,8 +88,11 @@ async fn start_on(
         SledStore::open(&dir.path().join("store")).unwrap(),
     ));
     let clock = ManualClock::new(T0);
+    let identity =
+        approval_server::identity::ServerIdentity::open(dir.path(), store.as_ref()).unwrap();
     let svc = Service::with_limits(
         store,
+        identity,
         config,
         Some(source),
         Arc::new(clock.clone()),
@@ -842,6 +845,17 @@ impl GatedStore {
 impl Store for GatedStore {
     fn server_id(&self) -> &approval_core::ServerId {
         self.inner.server_id()
+    }
+    fn server_key(
+        &self,
+    ) -> Result<Option<approval_core::PublicKey>, approval_server::store::StoreError> {
+        self.inner.server_key()
+    }
+    fn bind_server_key(
+        &self,
+        key: &approval_core::PublicKey,
+    ) -> Result<approval_core::PublicKey, approval_server::store::StoreError> {
+        self.inner.bind_server_key(key)
     }
     fn get(
         &self,

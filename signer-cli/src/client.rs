@@ -9,12 +9,15 @@
 
 use crate::display::escape;
 use crate::failure::{network, refused};
+use crate::known_servers::{self, Identity, Verdict};
 use anyhow::Result;
 use approval_core::keyring::SecretKey;
 use approval_core::message::sign_read;
-use approval_core::ServerId;
+use approval_core::{PublicKey, ServerId};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Largest answer body read, so a hostile server cannot exhaust memory.
@@ -26,6 +29,10 @@ pub struct Client {
     http: reqwest::Client,
     timeout: Duration,
     key: Option<SecretKey>,
+    /// Where server identities are pinned (`None`: no pinning, for library use).
+    known_servers: Option<PathBuf>,
+    /// The server's id once checked against its pin (checked before any signed read).
+    checked: Mutex<Option<ServerId>>,
 }
 
 /// The current time in whole Unix seconds.
@@ -50,7 +57,16 @@ impl Client {
             http,
             timeout,
             key,
+            known_servers: None,
+            checked: Mutex::new(None),
         })
+    }
+
+    /// Pins the server's identity in `path` on first use and checks it on every
+    /// later use (see [`crate::known_servers`]); nothing is signed before that.
+    pub fn with_known_servers(mut self, path: PathBuf) -> Self {
+        self.known_servers = Some(path);
+        self
     }
 
     /// The base URL as the user wrote it (no trailing slash).
@@ -192,8 +208,9 @@ impl Client {
             .map_err(|_| network("the server answered with bytes that are not UTF-8 text"))
     }
 
-    /// `GET /healthz`: the server's id.
-    pub async fn server_id(&self) -> Result<ServerId> {
+    /// `GET /healthz`: what the server says it is (`server_id` and `server_key`),
+    /// not yet compared with any pin.
+    pub async fn identity(&self) -> Result<Identity> {
         let url = self.url("/healthz")?;
         let resp = self
             .http
@@ -224,17 +241,65 @@ impl Client {
             .get("server_id")
             .and_then(Value::as_str)
             .ok_or_else(|| self.not_an_approver_api("the answer's server_id is not a string"))?;
-        ServerId::parse(id).map_err(|e| network(format!("the server's /healthz answer: {e}")))
+        let server_id = ServerId::parse(id)
+            .map_err(|e| network(format!("the server's /healthz answer: {e}")))?;
+        let key = v.get("server_key").and_then(Value::as_str).ok_or_else(|| {
+            network(
+                "the server's /healthz answer has no server_key: the server is older than this signer-cli (upgrade it) or is not an approval server",
+            )
+        })?;
+        let server_key = PublicKey::parse(key)
+            .map_err(|e| network(format!("the server's /healthz server_key: {e}")))?;
+        Ok(Identity {
+            server_id,
+            server_key,
+        })
+    }
+
+    /// The server's id, checked against its pin (pinned on first use, with a line
+    /// on stderr): the source of truth for which server this is. A changed identity
+    /// is refused before anything is signed.
+    pub async fn server_id(&self) -> Result<ServerId> {
+        if let Some(id) = self.checked.lock().ok().and_then(|c| c.clone()) {
+            return Ok(id);
+        }
+        let seen = self.identity().await?;
+        if let Some(path) = &self.known_servers {
+            if known_servers::check(path, self.base(), &seen)? == Verdict::Pinned {
+                eprintln!(
+                    "signer-cli: pinned server {} as {} with key {} in {} (first use)",
+                    self.base(),
+                    seen.server_id,
+                    seen.server_key,
+                    path.display()
+                );
+            }
+        }
+        if let Ok(mut c) = self.checked.lock() {
+            *c = Some(seen.server_id.clone());
+        }
+        Ok(seen.server_id)
+    }
+
+    /// [`Client::server_id`] checked again now, not from an earlier check (a watch
+    /// that reconnects may be talking to a restarted or replaced server).
+    pub async fn recheck_server_id(&self) -> Result<ServerId> {
+        if let Ok(mut c) = self.checked.lock() {
+            *c = None;
+        }
+        self.server_id().await
     }
 
     /// A signed `GET` of an approver API path (with its query).
     pub async fn get(&self, path_and_query: &str) -> Result<Value> {
+        self.server_id().await?;
         let url = self.url(path_and_query)?;
         self.exchange(self.signed(Method::GET, &url)?).await
     }
 
     /// The exact body text of a signed `GET` (for receipts, kept byte for byte).
     pub async fn get_text(&self, path_and_query: &str) -> Result<String> {
+        self.server_id().await?;
         let url = self.url(path_and_query)?;
         let resp = self
             .signed(Method::GET, &url)?
@@ -250,6 +315,7 @@ impl Client {
 
     /// `POST` of a JSON body (decisions carry their own signature).
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        self.server_id().await?;
         let url = self.url(path)?;
         let req = self
             .http
@@ -262,6 +328,7 @@ impl Client {
     /// Opens the signed `GET /v1/events` stream; the body is read by the caller
     /// without a total time-out (only connecting and the headers are timed).
     pub async fn events(&self) -> Result<reqwest::Response> {
+        self.server_id().await?;
         let url = self.url("/v1/events")?;
         let req = self
             .signed(Method::GET, &url)?

@@ -37,6 +37,8 @@ pub struct Settings {
     pub key: Option<PathBuf>,
     /// `--json`: machine-readable output.
     pub json: bool,
+    /// `--known-servers` or `SIGNER_KNOWN_SERVERS` (default `<config dir>/known_servers`).
+    pub known_servers: Option<PathBuf>,
     /// Time-out of each network call.
     pub timeout: Duration,
 }

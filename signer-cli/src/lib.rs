@@ -4,6 +4,7 @@
 //! messages or verifies signatures itself. The modules:
 //! - [`config`]: where the server and key come from, loading the key safely;
 //! - [`client`]: HTTP with signed reads, time-outs, and server errors;
+//! - [`known_servers`]: each server's id and key, pinned on first use;
 //! - [`proposal`]: the local checks every proposal passes before it is shown or signed;
 //! - [`display`]: escaping untrusted text and rendering;
 //! - [`unicode`]: which characters render blank and which words look like others (pure);
@@ -17,5 +18,6 @@ pub mod commands;
 pub mod config;
 pub mod display;
 pub mod failure;
+pub mod known_servers;
 pub mod proposal;
 pub mod unicode;

@@ -2,7 +2,7 @@
 
 use approval_core::Decision;
 use clap::{Parser, Subcommand, ValueEnum};
-use signer_cli::commands::{decide, keygen, offline, pending, receipt, show, watch};
+use signer_cli::commands::{decide, keygen, offline, pending, receipt, show, trust, watch};
 use signer_cli::config::Settings;
 use signer_cli::failure::{kind_of, usage};
 use std::path::PathBuf;
@@ -14,6 +14,10 @@ Configuration, first found wins: --server/--key, SIGNER_SERVER/SIGNER_KEY, then
 $XDG_CONFIG_HOME/approval-signer/config.toml (default ~/.config/approval-signer/)
 with `server = \"http://...\"` and `key = \"path\"`; without a key setting, the only
 *.key file in that folder.
+
+Each server's id and key are pinned on first use in <config dir>/known_servers
+(or --known-servers FILE / SIGNER_KNOWN_SERVERS); a server whose id or key changed
+is refused with nothing signed. After an intended change: `trust-server`.
 
 Exit codes:
   0  ok
@@ -37,6 +41,9 @@ struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Where servers' ids and keys are pinned on first use [default: <config dir>/known_servers].
+    #[arg(long, global = true, env = "SIGNER_KNOWN_SERVERS", value_name = "FILE")]
+    known_servers: Option<PathBuf>,
     /// Time-out of each network call, in seconds.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=600))]
@@ -126,13 +133,19 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
-    /// Verify a receipt offline against a keyring.
+    /// Verify a receipt offline against a keyring (and the server's key, to check
+    /// that it executed while still approved).
     Verify {
         /// The receipt file.
         receipt: PathBuf,
         /// The keyring file (`<name> ed25519 <base64>` lines).
         #[arg(long, value_name = "FILE")]
         keys: PathBuf,
+        /// The server's identity key, exactly as its /healthz publishes `server_key`:
+        /// requires the server's execution attestation (not revoked or vetoed when it
+        /// ran). Without it only the quorum is verified.
+        #[arg(long, value_name = "KEY")]
+        server_key: Option<String>,
         /// Also refuse a receipt whose approval window has closed.
         #[arg(long)]
         check_expiry: bool,
@@ -144,6 +157,8 @@ enum Command {
     },
     /// Follow new proposals you may sign, reconnecting when the stream drops.
     Watch,
+    /// Re-pin the server's id and key after an intended change (shows old and new).
+    TrustServer,
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -151,6 +166,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         server: cli.server,
         key: cli.key,
         json: cli.json,
+        known_servers: cli.known_servers,
         timeout: Duration::from_secs(cli.timeout),
     };
     let s = &s;
@@ -181,10 +197,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Verify {
             receipt,
             keys,
+            server_key,
             check_expiry,
-        } => offline::verify(s, &receipt, &keys, check_expiry),
+        } => offline::verify(s, &receipt, &keys, server_key.as_deref(), check_expiry),
         Command::Hash { preview_file } => offline::hash(s, &preview_file),
         Command::Watch => watch::watch(s).await,
+        Command::TrustServer => trust::trust_server(s).await,
     }
 }
 

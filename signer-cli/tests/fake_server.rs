@@ -13,6 +13,7 @@ fn setup(view: serde_json::Value) -> (Env, Fake, String) {
     let env = Env::new();
     let key = env.key("alice");
     let fake = Fake::start(SRV, view);
+    fake.pin(&env);
     (env, fake, key.display().to_string())
 }
 
@@ -481,4 +482,69 @@ fn watch_backs_off_exponentially_while_the_server_is_down() {
         assert!(stderr.contains(wait), "{wait}: {stderr}");
     }
     assert!(stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[test]
+fn signer_cli_refuses_a_server_whose_key_changed_and_signs_nothing() {
+    let env = Env::new();
+    let key = env.key("alice");
+    let key = key.display().to_string();
+    let fake = Fake::start(SRV, good());
+    // First use: pinned, and said so with the key.
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("pinned server"), "{}", r.stderr);
+    assert!(r.stderr.contains(&fake_server_key(42)), "{}", r.stderr);
+    let reads = fake.state.reads.load(Ordering::SeqCst);
+    // The server's key changes (a new server at the same address, or an impostor).
+    fake.set_server_key(&fake_server_key(43));
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("SERVER IDENTITY CHANGED"), "{}", r.stderr);
+    assert!(r.stderr.contains(&fake_server_key(42)), "{}", r.stderr);
+    assert!(r.stderr.contains(&fake_server_key(43)), "{}", r.stderr);
+    assert!(r.stderr.contains("trust-server"), "{}", r.stderr);
+    // Nothing signed: no decision posted, not even a signed read sent.
+    assert_eq!(fake.posts(), 0);
+    assert_eq!(fake.state.reads.load(Ordering::SeqCst), reads);
+    assert_eq!(fake.state.unauthorized.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn trust_server_repins_after_an_intended_change() {
+    let env = Env::new();
+    let key = env.key("alice");
+    let key = key.display().to_string();
+    let fake = Fake::start(SRV, good());
+    fake.pin(&env);
+    fake.set_server_key(&fake_server_key(44));
+    let refused = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    // The explicit command needs no key, shows the old and the new pin, and re-pins.
+    let t = env.run(&["trust-server", "--server", &fake.url]);
+    assert_eq!(t.code, 0, "{t:?}");
+    assert!(t.stdout.contains(&fake_server_key(42)), "{}", t.stdout);
+    assert!(t.stdout.contains(&fake_server_key(44)), "{}", t.stdout);
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("pinned"), "{}", r.stderr);
+    // Run again: nothing changes.
+    let again = env.run(&["--json", "trust-server", "--server", &fake.url]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let v: serde_json::Value = serde_json::from_str(&again.stdout).expect("json");
+    assert_eq!(v["changed"], json!(false), "{v}");
+}
+
+#[test]
+fn a_server_without_a_server_key_is_refused() {
+    let env = Env::new();
+    let key = env.key("alice");
+    let key = key.display().to_string();
+    let fake = Fake::start(SRV, good());
+    fake.set_server_key("");
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(fake.state.reads.load(Ordering::SeqCst), 0);
 }

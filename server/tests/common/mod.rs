@@ -88,8 +88,11 @@ pub async fn start_with(policies: &[(&str, &str)], agents: Option<&str>) -> Test
     let config: Config = source.load().unwrap();
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("store")).unwrap());
     let clock = ManualClock::new(T0);
+    let identity =
+        approval_server::identity::ServerIdentity::open(dir.path(), store.as_ref()).unwrap();
     let svc = Service::new(
         store,
+        identity,
         config,
         Some(source),
         Arc::new(clock.clone()),

@@ -7,6 +7,7 @@ pub mod pending;
 pub mod pick;
 pub mod receipt;
 pub mod show;
+pub mod trust;
 pub mod watch;
 
 use crate::client::Client;
@@ -22,9 +23,12 @@ pub fn parse_id(id: &str) -> Result<ProposalId> {
 }
 
 /// A client for the configured server, signing reads with the configured key.
+/// The server's identity is pinned in the known-servers file and checked before
+/// any signed request.
 pub fn connect(settings: &Settings) -> Result<Client> {
     let key = settings.secret_key()?;
-    Client::new(settings.server_url()?, settings.timeout, Some(key))
+    let known = crate::known_servers::path(settings.known_servers.as_deref())?;
+    Ok(Client::new(settings.server_url()?, settings.timeout, Some(key))?.with_known_servers(known))
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.

@@ -6,7 +6,10 @@ use crate::config::Settings;
 use crate::display::{escape, quote, to_json};
 use crate::failure::{refused, usage};
 use anyhow::Result;
-use approval_core::{verify_receipt, Keyring, Preview, Receipt, Sha256Hex, Timestamp};
+use approval_core::{
+    verify_receipt, verify_receipt_attested, Keyring, Preview, PublicKey, Receipt, Sha256Hex,
+    Timestamp,
+};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -14,18 +17,54 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read {}: {e}", path.display())))
 }
 
-/// `signer-cli verify RECEIPT --keys FILE [--check-expiry]`.
-pub fn verify(settings: &Settings, receipt: &Path, keys: &Path, check_expiry: bool) -> Result<()> {
+/// What a verification without `--server-key` cannot say, printed with its result.
+pub const QUORUM_ONLY: &str = "quorum only: revocation not checked";
+
+/// `signer-cli verify RECEIPT --keys FILE [--server-key KEY] [--check-expiry]`.
+///
+/// With `--server-key` (exactly as the server's `/healthz` publishes `server_key`)
+/// the receipt must carry the server's execution attestation for this proposal and
+/// hash, claimed within `approved_at + execute_within`; without it only the quorum
+/// is verified, and the output says so.
+pub fn verify(
+    settings: &Settings,
+    receipt: &Path,
+    keys: &Path,
+    server_key: Option<&str>,
+    check_expiry: bool,
+) -> Result<()> {
     let text = read(receipt)?;
     let keyring =
         Keyring::parse(&read(keys)?).map_err(|e| usage(format!("{}: {e}", keys.display())))?;
+    let server_key = server_key
+        .map(|k| {
+            PublicKey::parse(k).map_err(|e| {
+                usage(format!(
+                    "--server-key {}: {} (pass the server_key its /healthz publishes: standard base64 of 32 bytes)",
+                    quote(k),
+                    escape(&e.to_string())
+                ))
+            })
+        })
+        .transpose()?;
     let r = Receipt::from_json_text(&text)
         .map_err(|e| refused(format!("receipt refused: {}", escape(&e.to_string()))))?;
     let now = check_expiry.then(|| Timestamp::from_unix(now_unix()));
-    let v = verify_receipt(&r, &keyring, now)
-        .map_err(|e| refused(format!("receipt refused: {}", escape(&e.to_string()))))?;
+    let v = match &server_key {
+        Some(k) => verify_receipt_attested(&r, &keyring, k, now),
+        None => verify_receipt(&r, &keyring, now),
+    }
+    .map_err(|e| refused(format!("receipt refused: {}", escape(&e.to_string()))))?;
     let p = v.preview();
     let spec = v.policy().spec();
+    let attested = v.attestation().map(|a| {
+        json!({
+            "server_id": a.server_id.as_str(),
+            "server_key": a.server_key.to_base64(),
+            "approved_at": a.approved_at.to_rfc3339(),
+            "claimed_at": a.claimed_at.to_rfc3339(),
+        })
+    });
     if settings.json {
         let decisions: Vec<Value> = r
             .decisions
@@ -45,6 +84,9 @@ pub fn verify(settings: &Settings, receipt: &Path, keys: &Path, check_expiry: bo
             "policy_approvers": spec.approvers.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
             "approved_by": v.approvers().iter().map(|a| a.as_str()).collect::<Vec<_>>(),
             "decisions": decisions,
+            "revocation_checked": attested.is_some(),
+            "attestation": attested,
+            "note": if attested.is_some() { Value::Null } else { Value::from(QUORUM_ONLY) },
         })));
         return Ok(());
     }
@@ -84,6 +126,19 @@ pub fn verify(settings: &Settings, receipt: &Path, keys: &Path, check_expiry: bo
             d.decision,
             quote(&d.reason)
         ));
+    }
+    match v.attestation() {
+        Some(a) => o.push_str(&format!(
+            "{:<15} server {} claimed it at {} (quorum at {}), attested with key {}\n",
+            "executed",
+            a.server_id,
+            a.claimed_at,
+            a.approved_at,
+            a.server_key
+        )),
+        None => o.push_str(&format!(
+            "{QUORUM_ONLY} (pass --server-key KEY, the server_key its /healthz publishes, to require the server's execution attestation)\n"
+        )),
     }
     super::out(&o);
     Ok(())

@@ -45,7 +45,7 @@ pub async fn receipt(settings: &Settings, id: &str, out: Option<&Path>) -> Resul
             std::fs::write(path, text.as_bytes())
                 .map_err(|e| usage(format!("cannot write {}: {e}", path.display())))?;
             eprintln!(
-                "signer-cli: receipt of {id} written to {} ({} decisions); check it with `signer-cli verify {} --keys KEYRING`",
+                "signer-cli: receipt of {id} written to {} ({} decisions); check it with `signer-cli verify {} --keys KEYRING --server-key KEY` (KEY: the server_key its /healthz publishes)",
                 path.display(),
                 r.decisions.len(),
                 path.display()

@@ -195,7 +195,7 @@ impl Watcher<'_> {
 
     /// One connection: returns Ok when the server closed the stream.
     async fn session(&mut self, connected: &mut bool) -> Result<()> {
-        self.server_id = Some(self.client.server_id().await?);
+        self.server_id = Some(self.client.recheck_server_id().await?);
         let resp = self.client.events().await?;
         *connected = true;
         eprintln!(

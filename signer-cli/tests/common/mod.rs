@@ -180,6 +180,8 @@ pub fn view(preview: &Preview) -> Value {
 /// What the fake server serves and what it saw.
 pub struct FakeState {
     pub server_id: String,
+    /// The `server_key` its /healthz publishes (changeable, to test pinning).
+    pub server_key: Mutex<String>,
     /// The ProposalView served for every id.
     pub view: Mutex<Value>,
     /// When set, GETs of proposals answer this raw text with 200.
@@ -206,6 +208,7 @@ impl Fake {
     pub fn start(server_id: &str, view: Value) -> Self {
         let state = Arc::new(FakeState {
             server_id: server_id.to_owned(),
+            server_key: Mutex::new(fake_server_key(42)),
             view: Mutex::new(view),
             raw: Mutex::new(None),
             posts: Mutex::new(Vec::new()),
@@ -238,6 +241,24 @@ impl Fake {
             state,
             _rt: rt,
         }
+    }
+
+    /// Pins this server's id and key for `env`'s signer-cli, as a first use would
+    /// (so that tests of other things see no "pinned" line).
+    pub fn pin(&self, env: &Env) {
+        let dir = env.path("config").join("approval-signer");
+        std::fs::create_dir_all(&dir).expect("config dir");
+        let key = self.state.server_key.lock().expect("lock").clone();
+        std::fs::write(
+            dir.join("known_servers"),
+            format!("{} {} {key}\n", self.url, self.state.server_id),
+        )
+        .expect("pin");
+    }
+
+    /// Makes /healthz publish another server key from now on.
+    pub fn set_server_key(&self, key: &str) {
+        *self.state.server_key.lock().expect("lock") = key.to_owned();
     }
 
     pub fn posts(&self) -> usize {
@@ -283,8 +304,15 @@ fn json_text(text: String) -> Response {
     ([("content-type", "application/json")], text).into_response()
 }
 
+/// A server identity key (standard base64 of the public key from seed `[n; 32]`).
+pub fn fake_server_key(n: u8) -> String {
+    approval_core::PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(&[n; 32]))
+        .to_base64()
+}
+
 async fn healthz(State(st): State<Arc<FakeState>>) -> Response {
-    json_text(json!({"status": "ok", "server_id": st.server_id}).to_string())
+    let key = st.server_key.lock().map(|k| k.clone()).unwrap_or_default();
+    json_text(json!({"status": "ok", "server_id": st.server_id, "server_key": key}).to_string())
 }
 
 async fn show(
