@@ -407,7 +407,12 @@ pub fn fail_decision_cases() -> Vec<FailDecision> {
     let (mixed_key, mixed_sig) = sign_for_mixed_order_key("alice", mixed_msg.as_bytes());
     let upper = format!("approval-v1\napprove\n{}\nok", h0.to_hex().to_uppercase());
     let long = format!("approval-v1\napprove\n{h0}\n{}", "x".repeat(1001));
-    let read = approval_core::message::read_message(1_795_996_800, "GET", "/v1/proposals");
+    let read = approval_core::message::read_message(
+        &approval_core::ServerId::parse(SERVER).unwrap(),
+        1_795_996_800,
+        "GET",
+        "/v1/proposals",
+    );
     let v2 = format!("approval-v2\napprove\n{h0}\nok");
     let no_reason = format!("approval-v1\napprove\n{h0}");
     let unknown = format!("approval-v1\napproved\n{h0}\nok");
