@@ -201,7 +201,7 @@ impl Srv {
     /// A signed read as `name`, with `signer`'s key, at `at` (unix seconds).
     async fn get_signed_as(&self, name: &str, signer: &str, at: i64, path: &str) -> (u16, Value) {
         let k = key(signer);
-        let auth = sign_read(&k.key, &key(name).name, at, "GET", path);
+        let auth = sign_read(&k.key, &key(name).name, self.svc.store().server_id(), at, "GET", path);
         let r = self
             .http
             .get(self.url(path))
@@ -502,7 +502,7 @@ async fn a_fifth_event_stream_for_one_approver_is_429_limit_exceeded() {
     let before = s.snapshot();
     let open = |who: &'static str| {
         let k = key(who);
-        let auth = sign_read(&k.key, &k.name, s.now(), "GET", "/v1/events");
+        let auth = sign_read(&k.key, &k.name, s.svc.store().server_id(), s.now(), "GET", "/v1/events");
         s.http
             .get(s.url("/v1/events"))
             .header("Authorization", auth)
@@ -707,7 +707,7 @@ async fn a_read_signed_more_than_300_s_away_is_401() {
     }
     // Time passing on the server's clock makes a once-fresh signature stale.
     let k = key("alice");
-    let auth = sign_read(&k.key, &k.name, now, "GET", &path);
+    let auth = sign_read(&k.key, &k.name, s.svc.store().server_id(), now, "GET", &path);
     s.clock.advance(301);
     let r = s
         .http

@@ -514,7 +514,14 @@ async fn signed_reads_are_required_and_scoped() {
     // A read signed at another time than the server's clock is refused.
     s.clock.advance(301);
     let k = key("alice");
-    let auth = approval_core::message::sign_read(&k.key, &k.name, T0, "GET", "/v1/proposals");
+    let auth = approval_core::message::sign_read(
+        &k.key,
+        &k.name,
+        s.svc.store().server_id(),
+        T0,
+        "GET",
+        "/v1/proposals",
+    );
     let r = s
         .http
         .get(format!("http://{}/v1/proposals", s.addr))
@@ -727,7 +734,14 @@ async fn audit_verify_catches_an_edited_entry() {
 async fn events_stream_new_and_changed_proposals_to_watchers() {
     let s = start().await;
     let k = key("bob");
-    let auth = approval_core::message::sign_read(&k.key, &k.name, T0, "GET", "/v1/events");
+    let auth = approval_core::message::sign_read(
+        &k.key,
+        &k.name,
+        s.svc.store().server_id(),
+        T0,
+        "GET",
+        "/v1/events",
+    );
     let mut resp = s
         .http
         .get(format!("http://{}/v1/events", s.addr))

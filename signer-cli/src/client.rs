@@ -26,6 +26,8 @@ pub struct Client {
     http: reqwest::Client,
     timeout: Duration,
     key: Option<SecretKey>,
+    /// The server id signed reads cover, looked up once (see [`Client::read_server_id`]).
+    read_server_id: tokio::sync::OnceCell<ServerId>,
 }
 
 /// The current time in whole Unix seconds.
@@ -50,6 +52,7 @@ impl Client {
             http,
             timeout,
             key,
+            read_server_id: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -92,17 +95,35 @@ impl Client {
         ))
     }
 
-    fn signed(&self, method: Method, url: &Url) -> Result<reqwest::RequestBuilder> {
+    /// The server id every signed read covers (`approval-v1-read\n<server_id>\n...`), so
+    /// that a read signed for this server cannot be replayed to another. The one place
+    /// it comes from: today the server's unsigned `GET /healthz`, read once per run.
+    pub async fn read_server_id(&self) -> Result<ServerId> {
+        self.read_server_id
+            .get_or_try_init(|| self.server_id())
+            .await
+            .cloned()
+    }
+
+    async fn signed(&self, method: Method, url: &Url) -> Result<reqwest::RequestBuilder> {
         let key = self
             .key
             .as_ref()
             .ok_or_else(|| crate::failure::usage("this command needs your key (--key FILE)"))?;
+        let server_id = self.read_server_id().await?;
         let mut pq = url.path().to_owned();
         if let Some(q) = url.query() {
             pq.push('?');
             pq.push_str(q);
         }
-        let auth = sign_read(&key.key, &key.name, now_unix(), method.as_str(), &pq);
+        let auth = sign_read(
+            &key.key,
+            &key.name,
+            &server_id,
+            now_unix(),
+            method.as_str(),
+            &pq,
+        );
         Ok(self
             .http
             .request(method, url.clone())
@@ -150,14 +171,15 @@ impl Client {
     /// A signed `GET` of an approver API path (with its query).
     pub async fn get(&self, path_and_query: &str) -> Result<Value> {
         let url = self.url(path_and_query)?;
-        self.exchange(self.signed(Method::GET, &url)?).await
+        self.exchange(self.signed(Method::GET, &url).await?).await
     }
 
     /// The exact body text of a signed `GET` (for receipts, kept byte for byte).
     pub async fn get_text(&self, path_and_query: &str) -> Result<String> {
         let url = self.url(path_and_query)?;
         let resp = self
-            .signed(Method::GET, &url)?
+            .signed(Method::GET, &url)
+            .await?
             .timeout(self.timeout)
             .send()
             .await
@@ -179,13 +201,18 @@ impl Client {
         self.exchange(req).await
     }
 
-    /// Opens the signed `GET /v1/events` stream; the body is read by the caller
-    /// without a total time-out (only connecting and the headers are timed).
-    pub async fn events(&self) -> Result<reqwest::Response> {
+    /// Opens the signed `GET /v1/events` stream, resuming after `last_event_id` when
+    /// given; the body is read by the caller without a total time-out (only connecting
+    /// and the headers are timed).
+    pub async fn events(&self, last_event_id: Option<&str>) -> Result<reqwest::Response> {
         let url = self.url("/v1/events")?;
-        let req = self
-            .signed(Method::GET, &url)?
+        let mut req = self
+            .signed(Method::GET, &url)
+            .await?
             .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
         let resp = tokio::time::timeout(self.timeout, req.send())
             .await
             .map_err(|_| {

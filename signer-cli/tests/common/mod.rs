@@ -255,8 +255,12 @@ fn authorized(st: &FakeState, headers: &HeaderMap, method: &Method, uri: &Origin
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let pq = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let Ok(server_id) = approval_core::ServerId::parse(&st.server_id) else {
+        return false;
+    };
     let ok = verify_read(
         &keyring(),
+        &server_id,
         h,
         method.as_str(),
         pq,
