@@ -151,7 +151,9 @@ async fn the_same_signed_decision_counts_once() {
     let (c2, v2) = s.post_decision(&id, &body).await;
     assert_eq!((c1, v1["recorded"].as_bool()), (200, Some(true)));
     assert_eq!((c2, v2["already_recorded"].as_bool()), (200, Some(true)));
-    assert_eq!(v2["proposal"]["quorum"]["have"], 1);
+    // A repeat only says so: it does not read the proposal (issue #11, item 5).
+    assert_eq!(v2["status"], "PENDING", "{v2}");
+    assert!(v2.get("proposal").is_none(), "{v2}");
     assert_eq!(s.snapshot(), before);
     // The same approver approving again with another reason is refused.
     let other = s.signed("carol", Decision::Approve, &hash, "again");

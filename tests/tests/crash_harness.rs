@@ -536,7 +536,12 @@ async fn decider(
             continue;
         };
         if code == 200 {
-            let status = v["proposal"]["status"].as_str().unwrap_or("").to_owned();
+            // A repeat (already_recorded) answers its status without the view.
+            let status = v["proposal"]["status"]
+                .as_str()
+                .or(v["status"].as_str())
+                .unwrap_or("")
+                .to_owned();
             let mut m = model.lock().unwrap();
             if let Some(a) = m.props.get_mut(&id) {
                 let how = format!(
