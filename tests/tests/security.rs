@@ -504,6 +504,7 @@ async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> a
         .post_decision(&carol, &id, &hash, Decision::Reject, "not this one")
         .await?;
     let took = started.elapsed();
+    eprintln!("carol's genuine reject during the flood answered in {took:?}");
     assert_eq!(status, 200, "carol's genuine reject during the flood: {v}");
     assert_eq!(v["recorded"], true, "{v}");
     assert!(
@@ -535,5 +536,50 @@ async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> a
         .await?;
     assert_eq!(status, 409, "bob approves after the veto: {v}");
     mcp.execute(&id, &hash).await?.expect("REJECTED", true);
+    Ok(())
+}
+
+/// Issue #11, item 5, against the real binary: `/v1/events` used to check its
+/// signature once and stream forever, past a key rotation. A SIGHUP that reloads the
+/// keyring now ends every open stream with a `reauth` event (reason `keyring_reload`),
+/// so the client must sign again with the key now in force.
+#[tokio::test]
+async fn an_event_stream_ends_on_sighup_keyring_reload() -> anyhow::Result<()> {
+    let w = World::new(&["alice", "bob", "carol"])?;
+    w.write_policy("note.write.toml", POLICY)?;
+    let server = w.start()?;
+    let health = server.healthz().await?;
+    let server_id = approval_core::ServerId::parse(health["server_id"].as_str().unwrap_or(""))?;
+    let alice = w.secret_key("alice")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs() as i64;
+    let auth = approval_core::message::sign_read(
+        &alice.key,
+        &alice.name,
+        &server_id,
+        now,
+        "GET",
+        "/v1/events",
+    );
+    let mut resp = reqwest::Client::new()
+        .get(format!("{}/v1/events", server.api_url))
+        .header("Authorization", auth)
+        .send()
+        .await?;
+    assert_eq!(resp.status().as_u16(), 200);
+    server.sighup()?;
+    let mut seen = String::new();
+    let ended = tokio::time::timeout(approval_e2e::STEP_TIMEOUT, async {
+        while let Some(chunk) = resp.chunk().await? {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        Ok::<_, anyhow::Error>(())
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream did not end after SIGHUP: {seen:?}");
+    ended??;
+    assert!(seen.contains("event: reauth"), "{seen:?}");
+    assert!(seen.contains("keyring_reload"), "{seen:?}");
     Ok(())
 }
