@@ -490,7 +490,10 @@ mod tests {
         );
         let pq = "/v1/proposals?status=pending";
         let h = sign_read(&sk, &alice, &srv, now.unix() - 10, "GET", pq);
-        assert_eq!(verify_read(&kr, &srv, &h, "GET", pq, now), Ok(alice.clone()));
+        assert_eq!(
+            verify_read(&kr, &srv, &h, "GET", pq, now),
+            Ok(alice.clone())
+        );
         assert_eq!(
             ReadAuth::parse(&h).unwrap().valid_until().unix(),
             now.unix() - 10 + READ_WINDOW_SECS
@@ -553,6 +556,9 @@ mod tests {
         let e = verify_read(&kr, &srv, &h, "GET", "/v1/events", now).unwrap_err();
         assert_eq!(e, ReadAuthError::OldFormat);
         let m = e.to_string();
-        assert!(m.contains("server_id") && m.contains("old format") && m.contains("upgrade"), "{m}");
+        assert!(
+            m.contains("server_id") && m.contains("old format") && m.contains("upgrade"),
+            "{m}"
+        );
     }
 }

@@ -347,7 +347,10 @@ fn signed_read_refusals() {
             "GET",
             path,
         );
-        assert!(verify_read(&kr, &srv(), &h, "GET", path, now).is_ok(), "{skew}");
+        assert!(
+            verify_read(&kr, &srv(), &h, "GET", path, now).is_ok(),
+            "{skew}"
+        );
     }
     for skew in [-301, 301] {
         let h = sign_read(

@@ -106,8 +106,7 @@ impl Forgeries {
         if !sources.contains_key(&source) && sources.len() >= MAX_SOURCES {
             sources.retain(|_, w| t < w.start + WINDOW_SECS);
             if sources.len() >= MAX_SOURCES {
-                if let Some(oldest) = sources.iter().min_by_key(|(_, w)| w.start).map(|(k, _)| *k)
-                {
+                if let Some(oldest) = sources.iter().min_by_key(|(_, w)| w.start).map(|(k, _)| *k) {
                     sources.remove(&oldest);
                 }
             }
@@ -149,7 +148,10 @@ mod tests {
             f.failed(ip(1), t(i.into()));
         }
         assert!(f.over_budget(ip(1), t(59)));
-        assert!(!f.over_budget(ip(2), t(59)), "another source is not charged");
+        assert!(
+            !f.over_budget(ip(2), t(59)),
+            "another source is not charged"
+        );
         // A new window starts once the old one is over.
         assert!(!f.over_budget(ip(1), t(60)));
         f.failed(ip(1), t(60));

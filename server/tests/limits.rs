@@ -201,7 +201,14 @@ impl Srv {
     /// A signed read as `name`, with `signer`'s key, at `at` (unix seconds).
     async fn get_signed_as(&self, name: &str, signer: &str, at: i64, path: &str) -> (u16, Value) {
         let k = key(signer);
-        let auth = sign_read(&k.key, &key(name).name, self.svc.store().server_id(), at, "GET", path);
+        let auth = sign_read(
+            &k.key,
+            &key(name).name,
+            self.svc.store().server_id(),
+            at,
+            "GET",
+            path,
+        );
         let r = self
             .http
             .get(self.url(path))
@@ -502,7 +509,14 @@ async fn a_fifth_event_stream_for_one_approver_is_429_limit_exceeded() {
     let before = s.snapshot();
     let open = |who: &'static str| {
         let k = key(who);
-        let auth = sign_read(&k.key, &k.name, s.svc.store().server_id(), s.now(), "GET", "/v1/events");
+        let auth = sign_read(
+            &k.key,
+            &k.name,
+            s.svc.store().server_id(),
+            s.now(),
+            "GET",
+            "/v1/events",
+        );
         s.http
             .get(s.url("/v1/events"))
             .header("Authorization", auth)
@@ -707,7 +721,14 @@ async fn a_read_signed_more_than_300_s_away_is_401() {
     }
     // Time passing on the server's clock makes a once-fresh signature stale.
     let k = key("alice");
-    let auth = sign_read(&k.key, &k.name, s.svc.store().server_id(), now, "GET", &path);
+    let auth = sign_read(
+        &k.key,
+        &k.name,
+        s.svc.store().server_id(),
+        now,
+        "GET",
+        &path,
+    );
     s.clock.advance(301);
     let r = s
         .http
@@ -760,10 +781,25 @@ async fn forged_signatures_in_one_name_never_lock_out_a_genuine_signature() {
 }
 
 /// Opens `/v1/events` as `who`, signed at `at`, resuming after `last_event_id`.
-async fn open_events(s: &Srv, who: &str, at: i64, last_event_id: Option<&str>) -> reqwest::Response {
+async fn open_events(
+    s: &Srv,
+    who: &str,
+    at: i64,
+    last_event_id: Option<&str>,
+) -> reqwest::Response {
     let k = key(who);
-    let auth = sign_read(&k.key, &k.name, s.svc.store().server_id(), at, "GET", "/v1/events");
-    let mut req = s.http.get(s.url("/v1/events")).header("Authorization", auth);
+    let auth = sign_read(
+        &k.key,
+        &k.name,
+        s.svc.store().server_id(),
+        at,
+        "GET",
+        "/v1/events",
+    );
+    let mut req = s
+        .http
+        .get(s.url("/v1/events"))
+        .header("Authorization", auth);
     if let Some(id) = last_event_id {
         req = req.header("Last-Event-ID", id);
     }
@@ -806,7 +842,9 @@ async fn read_events(
         }
         let chunk = tokio::time::timeout_at(deadline, resp.chunk())
             .await
-            .unwrap_or_else(|_| panic!("the stream neither ended nor delivered in {limit:?}: {out:?}"))
+            .unwrap_or_else(|_| {
+                panic!("the stream neither ended nor delivered in {limit:?}: {out:?}")
+            })
             .unwrap();
         match chunk {
             Some(c) => buf.push_str(&String::from_utf8_lossy(&c)),
@@ -840,7 +878,10 @@ async fn an_event_stream_ends_when_its_signature_window_passes() {
     assert_eq!(last.0, "reauth", "{evs:?}");
     let v: Value = serde_json::from_str(&last.2).unwrap();
     assert_eq!(v["reason"], "signature_window", "{v}");
-    assert!(v["message"].as_str().unwrap().contains("Last-Event-ID"), "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("Last-Event-ID"),
+        "{v}"
+    );
 }
 
 /// Issue #11, item 5. A stream opened before a key rotation kept streaming under
@@ -918,7 +959,13 @@ async fn a_read_signed_for_another_server_is_refused() {
     assert_ne!(&other, s.svc.store().server_id());
     for p in [path.as_str(), "/v1/proposals", "/v1/events"] {
         let auth = sign_read(&k.key, &k.name, &other, s.now(), "GET", p);
-        let r = s.http.get(s.url(p)).header("Authorization", auth).send().await.unwrap();
+        let r = s
+            .http
+            .get(s.url(p))
+            .header("Authorization", auth)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 401, "{p}");
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["code"], "UNAUTHORIZED", "{v}");
@@ -955,7 +1002,10 @@ async fn a_read_signed_in_the_old_format_is_refused_with_what_changed() {
     assert_eq!(v["code"], "UNAUTHORIZED", "{v}");
     let m = v["message"].as_str().unwrap();
     assert!(
-        m.contains("old format") && m.contains("<server_id>") && m.contains("/healthz") && m.contains("upgrade"),
+        m.contains("old format")
+            && m.contains("<server_id>")
+            && m.contains("/healthz")
+            && m.contains("upgrade"),
         "{m}"
     );
 }

@@ -425,8 +425,7 @@ async fn decision_by_a_keyring_member_outside_the_policy_is_invalid_signature() 
 /// the flood, answers within 1 s and is recorded; the proposal is REJECTED and
 /// execute is refused.
 #[tokio::test]
-async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> anyhow::Result<()>
-{
+async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> anyhow::Result<()> {
     use base64::Engine;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -492,11 +491,9 @@ async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> a
         });
     }
     // Well past the old budget of 30 a minute, carol vetoes for real, mid-flood.
-    approval_e2e::poll_until(
-        "200 forgeries sent",
-        approval_e2e::STEP_TIMEOUT,
-        || async { Ok((sent.load(Ordering::SeqCst) >= 200).then_some(())) },
-    )
+    approval_e2e::poll_until("200 forgeries sent", approval_e2e::STEP_TIMEOUT, || async {
+        Ok((sent.load(Ordering::SeqCst) >= 200).then_some(()))
+    })
     .await?;
     let carol = w.secret_key("carol")?;
     let started = std::time::Instant::now();
@@ -577,7 +574,10 @@ async fn an_event_stream_ends_on_sighup_keyring_reload() -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(())
     })
     .await;
-    assert!(ended.is_ok(), "the stream did not end after SIGHUP: {seen:?}");
+    assert!(
+        ended.is_ok(),
+        "the stream did not end after SIGHUP: {seen:?}"
+    );
     ended??;
     assert!(seen.contains("event: reauth"), "{seen:?}");
     assert!(seen.contains("keyring_reload"), "{seen:?}");

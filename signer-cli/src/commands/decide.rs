@@ -162,7 +162,11 @@ pub async fn decide(
             reread = client.get(&format!("/v1/proposals/{id}")).await?;
             &reread
         }
-        None => return Err(network("the server's answer to the decision has no `proposal`")),
+        None => {
+            return Err(network(
+                "the server's answer to the decision has no `proposal`",
+            ))
+        }
     };
     let after = check(view, Some(&id), &server_id).map_err(|e| {
         refused(format!(

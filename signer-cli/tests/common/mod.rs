@@ -397,9 +397,8 @@ async fn events(
         st.last_event_ids.lock().expect("lock").push(last);
         let reauth = json!({"code": "UNAUTHORIZED", "reason": "signature_window",
             "message": "this stream's read signature left the server's window"});
-        let body = format!(
-            "id: ev-{n}\nevent: proposal\ndata: {v}\n\nevent: reauth\ndata: {reauth}\n\n"
-        );
+        let body =
+            format!("id: ev-{n}\nevent: proposal\ndata: {v}\n\nevent: reauth\ndata: {reauth}\n\n");
         return ([("content-type", "text/event-stream")], body).into_response();
     }
     let body = format!(": keep-alive\n\nevent: proposal\ndata: {v}\n\n");
