@@ -25,6 +25,8 @@
 //! window. Losing an entry only forgets a forger's debt (it starts over within budget),
 //! which costs verifications, never a refusal.
 //!
+//! A source is an IPv4 address or an IPv6 /64 (one host usually holds a whole /64,
+//! so counting single IPv6 addresses would hand a forger billions of fresh budgets).
 //! Requests whose source is unknown (no `ConnectInfo`, as in some in-process
 //! embeddings) share one budget.
 
@@ -49,6 +51,22 @@ pub const MAX_SOURCES: usize = 4_096;
 struct Window {
     start: i64,
     failures: u32,
+}
+
+/// The account a client address is charged to: IPv4 as is (IPv4-mapped IPv6 too),
+/// IPv6 by its /64 prefix.
+fn account(source: Option<IpAddr>) -> Option<IpAddr> {
+    match source? {
+        IpAddr::V4(v4) => Some(IpAddr::V4(v4)),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => Some(IpAddr::V4(v4)),
+            None => {
+                let mut s = v6.segments();
+                s[4..].fill(0);
+                Some(IpAddr::V6(s.into()))
+            }
+        },
+    }
 }
 
 /// Failed-signature accounting per source address, and the suspect lane.
@@ -79,7 +97,7 @@ impl Forgeries {
     pub fn over_budget(&self, source: Option<IpAddr>, now: Timestamp) -> bool {
         let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
         matches!(
-            sources.get(&source),
+            sources.get(&account(source)),
             Some(w) if w.failures >= BUDGET && now.unix() < w.start + WINDOW_SECS
         )
     }
@@ -101,6 +119,7 @@ impl Forgeries {
 
     /// Charges a failed verification to `source`.
     pub fn failed(&self, source: Option<IpAddr>, now: Timestamp) {
+        let source = account(source);
         let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
         let t = now.unix();
         if !sources.contains_key(&source) && sources.len() >= MAX_SOURCES {
@@ -156,6 +175,24 @@ mod tests {
         assert!(!f.over_budget(ip(1), t(60)));
         f.failed(ip(1), t(60));
         assert!(!f.over_budget(ip(1), t(61)));
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_is_one_source() {
+        let f = Forgeries::default();
+        let t = Timestamp::from_unix(1_800_000_000);
+        let v6 = |last: u16| Some(IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]));
+        for i in 0..BUDGET {
+            f.failed(v6(i as u16), t);
+        }
+        assert!(f.over_budget(v6(9999), t));
+        assert!(!f.over_budget(Some(IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1])), t));
+        // IPv4-mapped IPv6 is the IPv4 address.
+        for _ in 0..BUDGET {
+            f.failed(ip(7), t);
+        }
+        let mapped = Some(IpAddr::V6(std::net::Ipv4Addr::from(7u32).to_ipv6_mapped()));
+        assert!(f.over_budget(mapped, t));
     }
 
     #[test]
