@@ -117,6 +117,8 @@ pub struct Http {
     mcp_url: String,
     api_url: String,
     ids: std::sync::Arc<AtomicU64>,
+    /// The server's id from `/healthz`, read once: signed reads cover it.
+    server_id: std::sync::Arc<tokio::sync::OnceCell<approval_core::ServerId>>,
 }
 
 /// The HTTP connection pool the clients share.
@@ -139,6 +141,7 @@ impl Http {
             mcp_url: mcp_url.to_owned(),
             api_url: api_url.to_owned(),
             ids: std::sync::Arc::new(AtomicU64::new(1)),
+            server_id: Default::default(),
         }
     }
 
@@ -245,7 +248,29 @@ impl Http {
         struct Listing {
             proposals: Vec<serde::de::IgnoredAny>,
         }
-        let auth = sign_read(&key.key, &key.name, unix_now(), "GET", path_and_query);
+        let server_id = self
+            .server_id
+            .get_or_try_init(|| async {
+                let v: serde_json::Value = self
+                    .client
+                    .get(format!("{}/healthz", self.api_url))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                let id = v["server_id"].as_str().unwrap_or_default();
+                approval_core::ServerId::parse(id)
+                    .map_err(|e| anyhow!("/healthz has no usable server_id ({e}): {v}"))
+            })
+            .await?;
+        let auth = sign_read(
+            &key.key,
+            &key.name,
+            server_id,
+            unix_now(),
+            "GET",
+            path_and_query,
+        );
         let r = self
             .client
             .get(format!("{}{path_and_query}", self.api_url))

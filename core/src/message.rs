@@ -4,12 +4,15 @@
 //! The decision word is inside the signature, so an approval can never be replayed
 //! as a rejection or a resolve, and the reason is last so that it may hold newlines
 //! and is still covered. Reads of the approver API are signed over
-//! `approval-v1-read\n<unix_seconds>\n<METHOD>\n<path and query>`.
+//! `approval-v1-read\n<server_id>\n<unix_seconds>\n<METHOD>\n<path and query>`:
+//! the server id binds a read to the one server it was made for, so a server (or
+//! anyone who saw the header) cannot replay it to another. The older form without
+//! the server id is refused with [`ReadAuthError::OldFormat`], which says what changed.
 //!
 //! Verification always uses `verify_strict`, which refuses small-order keys and
 //! non-canonical signatures (the malleable cases plain `verify` lets through).
 
-use crate::ids::{ApproverName, Sha256Hex};
+use crate::ids::{ApproverName, ServerId, Sha256Hex};
 use crate::keyring::{Keyring, PublicKey};
 use crate::time::Timestamp;
 use base64::engine::general_purpose::STANDARD;
@@ -237,8 +240,19 @@ impl SignedDecision {
     }
 }
 
-/// The exact text signed for a read of the approver API.
-pub fn read_message(unix_seconds: i64, method: &str, path_and_query: &str) -> String {
+/// The exact text signed for a read of the approver API on server `server_id`.
+pub fn read_message(
+    server_id: &ServerId,
+    unix_seconds: i64,
+    method: &str,
+    path_and_query: &str,
+) -> String {
+    format!("{READ_PREFIX}\n{server_id}\n{unix_seconds}\n{method}\n{path_and_query}")
+}
+
+/// The read message before the server id was added (four lines). Only used to
+/// recognise an outdated client and tell it what changed; never accepted.
+fn old_read_message(unix_seconds: i64, method: &str, path_and_query: &str) -> String {
     format!("{READ_PREFIX}\n{unix_seconds}\n{method}\n{path_and_query}")
 }
 
@@ -255,20 +269,28 @@ pub enum ReadAuthError {
     /// Timestamp outside ±300 s of the server's clock.
     #[error("signed read is {0} s away from the server's clock (allowed ±300 s): check the laptop's clock")]
     Stale(i64),
+    /// The signature verifies only over the old message without the server id.
+    #[error(
+        "this read is signed in the old format without the server id: reads are now signed over \
+         `approval-v1-read\\n<server_id>\\n<unix_seconds>\\n<METHOD>\\n<path and query>` with the \
+         server_id from GET /healthz; upgrade signer-cli (or your client) and sign again"
+    )]
+    OldFormat,
     /// The signature does not verify.
-    #[error("read signature does not verify for this approver, time, method and path")]
+    #[error("read signature does not verify for this approver, server id, time, method and path: sign `approval-v1-read\\n<server_id>\\n<unix_seconds>\\n<METHOD>\\n<path and query>` with the server_id from this server's GET /healthz")]
     BadSignature,
 }
 
-/// Builds the `Authorization` header value for a signed read.
+/// Builds the `Authorization` header value for a signed read on server `server_id`.
 pub fn sign_read(
     key: &SigningKey,
     approver: &ApproverName,
+    server_id: &ServerId,
     unix_seconds: i64,
     method: &str,
     path_and_query: &str,
 ) -> String {
-    let sig = key.sign(read_message(unix_seconds, method, path_and_query).as_bytes());
+    let sig = key.sign(read_message(server_id, unix_seconds, method, path_and_query).as_bytes());
     format!(
         "Approval {approver} {unix_seconds} {}",
         STANDARD.encode(sig.to_bytes())
@@ -276,8 +298,8 @@ pub fn sign_read(
 }
 
 /// A signed-read header taken apart, before any key or clock is consulted: what a
-/// server needs to know who claims to be reading (to meter failed checks per
-/// approver) before it spends an Ed25519 verification on the claim.
+/// server needs to know who claims to be reading before it spends an Ed25519
+/// verification on the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadAuth {
     /// Who claims to read.
@@ -306,10 +328,17 @@ impl ReadAuth {
         })
     }
 
-    /// Checks the claim against the keyring and the server's clock.
+    /// The last second at which this signature is still inside the server's window:
+    /// a stream opened with it must end after this.
+    pub fn valid_until(&self) -> Timestamp {
+        Timestamp::from_unix(self.unix_seconds.saturating_add(READ_WINDOW_SECS))
+    }
+
+    /// Checks the claim against the keyring, this server's id and its clock.
     pub fn verify(
         &self,
         keyring: &Keyring,
+        server_id: &ServerId,
         method: &str,
         path_and_query: &str,
         now: Timestamp,
@@ -321,22 +350,30 @@ impl ReadAuth {
         if skew.abs() > READ_WINDOW_SECS {
             return Err(ReadAuthError::Stale(skew));
         }
-        let msg = read_message(self.unix_seconds, method, path_and_query);
-        key.verify_strict(msg.as_bytes(), &self.signature)
-            .map_err(|_| ReadAuthError::BadSignature)?;
-        Ok(self.approver.clone())
+        let msg = read_message(server_id, self.unix_seconds, method, path_and_query);
+        if key.verify_strict(msg.as_bytes(), &self.signature).is_ok() {
+            return Ok(self.approver.clone());
+        }
+        // A genuine client of the old protocol deserves to hear what changed; the
+        // old message is never accepted.
+        let old = old_read_message(self.unix_seconds, method, path_and_query);
+        if key.verify_strict(old.as_bytes(), &self.signature).is_ok() {
+            return Err(ReadAuthError::OldFormat);
+        }
+        Err(ReadAuthError::BadSignature)
     }
 }
 
-/// Verifies a signed read against the keyring and the server's clock.
+/// Verifies a signed read against the keyring, this server's id and its clock.
 pub fn verify_read(
     keyring: &Keyring,
+    server_id: &ServerId,
     header: &str,
     method: &str,
     path_and_query: &str,
     now: Timestamp,
 ) -> Result<ApproverName, ReadAuthError> {
-    ReadAuth::parse(header)?.verify(keyring, method, path_and_query, now)
+    ReadAuth::parse(header)?.verify(keyring, server_id, method, path_and_query, now)
 }
 
 #[cfg(test)]
@@ -440,40 +477,49 @@ mod tests {
     fn signed_reads() {
         let sk = key(9);
         let alice = ApproverName::parse("alice").unwrap();
+        let srv = ServerId::parse("srv-1").unwrap();
         let kr = Keyring::parse(&format!(
             "alice ed25519 {}\n",
             PublicKey::from_signing_key(&sk)
         ))
         .unwrap();
         let now = Timestamp::from_unix(1_800_000_000);
-        let h = sign_read(
-            &sk,
-            &alice,
-            now.unix() - 10,
-            "GET",
-            "/v1/proposals?status=pending",
-        );
         assert_eq!(
-            verify_read(&kr, &h, "GET", "/v1/proposals?status=pending", now),
+            read_message(&srv, 5, "GET", "/v1/events"),
+            "approval-v1-read\nsrv-1\n5\nGET\n/v1/events"
+        );
+        let pq = "/v1/proposals?status=pending";
+        let h = sign_read(&sk, &alice, &srv, now.unix() - 10, "GET", pq);
+        assert_eq!(
+            verify_read(&kr, &srv, &h, "GET", pq, now),
             Ok(alice.clone())
         );
         assert_eq!(
-            verify_read(&kr, &h, "GET", "/v1/proposals", now),
+            ReadAuth::parse(&h).unwrap().valid_until().unix(),
+            now.unix() - 10 + READ_WINDOW_SECS
+        );
+        assert_eq!(
+            verify_read(&kr, &srv, &h, "GET", "/v1/proposals", now),
             Err(ReadAuthError::BadSignature)
         );
         assert_eq!(
-            verify_read(&kr, &h, "POST", "/v1/proposals?status=pending", now),
+            verify_read(&kr, &srv, &h, "POST", pq, now),
             Err(ReadAuthError::BadSignature)
         );
-        let old = sign_read(&sk, &alice, now.unix() - 301, "GET", "/v1/proposals");
+        let other = ServerId::parse("srv-2").unwrap();
         assert_eq!(
-            verify_read(&kr, &old, "GET", "/v1/proposals", now),
+            verify_read(&kr, &other, &h, "GET", pq, now),
+            Err(ReadAuthError::BadSignature)
+        );
+        let old = sign_read(&sk, &alice, &srv, now.unix() - 301, "GET", "/v1/proposals");
+        assert_eq!(
+            verify_read(&kr, &srv, &old, "GET", "/v1/proposals", now),
             Err(ReadAuthError::Stale(-301))
         );
         let bob = ApproverName::parse("bob").unwrap();
-        let hb = sign_read(&sk, &bob, now.unix(), "GET", "/");
+        let hb = sign_read(&sk, &bob, &srv, now.unix(), "GET", "/");
         assert_eq!(
-            verify_read(&kr, &hb, "GET", "/", now),
+            verify_read(&kr, &srv, &hb, "GET", "/", now),
             Err(ReadAuthError::UnknownApprover("bob".into()))
         );
         for bad in [
@@ -484,10 +530,35 @@ mod tests {
             "Approval alice -1 AAAA",
         ] {
             assert_eq!(
-                verify_read(&kr, bad, "GET", "/", now),
+                verify_read(&kr, &srv, bad, "GET", "/", now),
                 Err(ReadAuthError::Malformed),
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_read_signed_in_the_old_format_is_refused_with_what_changed() {
+        let sk = key(9);
+        let srv = ServerId::parse("srv-1").unwrap();
+        let kr = Keyring::parse(&format!(
+            "alice ed25519 {}\n",
+            PublicKey::from_signing_key(&sk)
+        ))
+        .unwrap();
+        let now = Timestamp::from_unix(1_800_000_000);
+        let sig = sk.sign(old_read_message(now.unix(), "GET", "/v1/events").as_bytes());
+        let h = format!(
+            "Approval alice {} {}",
+            now.unix(),
+            STANDARD.encode(sig.to_bytes())
+        );
+        let e = verify_read(&kr, &srv, &h, "GET", "/v1/events", now).unwrap_err();
+        assert_eq!(e, ReadAuthError::OldFormat);
+        let m = e.to_string();
+        assert!(
+            m.contains("server_id") && m.contains("old format") && m.contains("upgrade"),
+            "{m}"
+        );
     }
 }

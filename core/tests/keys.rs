@@ -316,6 +316,10 @@ fn secret_key_file_refusals() {
     assert!(SecretKey::parse(&format!("# mine\n\n{text}\n")).is_ok());
 }
 
+fn srv() -> approval_core::ServerId {
+    approval_core::ServerId::parse("srv-1").unwrap()
+}
+
 #[test]
 fn signed_read_refusals() {
     let kr = keyring(&["alice", "bob"]);
@@ -324,12 +328,13 @@ fn signed_read_refusals() {
     let good = sign_read(
         &signing_key("alice"),
         &approver("alice"),
+        &srv(),
         now.unix(),
         "GET",
         path,
     );
     assert_eq!(
-        verify_read(&kr, &good, "GET", path, now),
+        verify_read(&kr, &srv(), &good, "GET", path, now),
         Ok(approver("alice"))
     );
     // Within the window on both sides, refused just outside it.
@@ -337,22 +342,27 @@ fn signed_read_refusals() {
         let h = sign_read(
             &signing_key("alice"),
             &approver("alice"),
+            &srv(),
             now.unix() + skew,
             "GET",
             path,
         );
-        assert!(verify_read(&kr, &h, "GET", path, now).is_ok(), "{skew}");
+        assert!(
+            verify_read(&kr, &srv(), &h, "GET", path, now).is_ok(),
+            "{skew}"
+        );
     }
     for skew in [-301, 301] {
         let h = sign_read(
             &signing_key("alice"),
             &approver("alice"),
+            &srv(),
             now.unix() + skew,
             "GET",
             path,
         );
         assert_eq!(
-            verify_read(&kr, &h, "GET", path, now),
+            verify_read(&kr, &srv(), &h, "GET", path, now),
             Err(ReadAuthError::Stale(skew))
         );
     }
@@ -360,12 +370,13 @@ fn signed_read_refusals() {
     let h = sign_read(
         &signing_key("bob"),
         &approver("alice"),
+        &srv(),
         now.unix(),
         "GET",
         path,
     );
     assert_eq!(
-        verify_read(&kr, &h, "GET", path, now),
+        verify_read(&kr, &srv(), &h, "GET", path, now),
         Err(ReadAuthError::BadSignature)
     );
     // Another query string, method or path.
@@ -375,7 +386,7 @@ fn signed_read_refusals() {
         ("DELETE", path),
     ] {
         assert_eq!(
-            verify_read(&kr, &good, m, p, now),
+            verify_read(&kr, &srv(), &good, m, p, now),
             Err(ReadAuthError::BadSignature),
             "{m} {p}"
         );
@@ -383,12 +394,13 @@ fn signed_read_refusals() {
     let h = sign_read(
         &signing_key("carol"),
         &approver("carol"),
+        &srv(),
         now.unix(),
         "GET",
         path,
     );
     assert_eq!(
-        verify_read(&kr, &h, "GET", path, now),
+        verify_read(&kr, &srv(), &h, "GET", path, now),
         Err(ReadAuthError::UnknownApprover("carol".into()))
     );
     // A decision signature is not a read signature (different prefix).
@@ -404,7 +416,7 @@ fn signed_read_refusals() {
         sig.signature.to_base64()
     );
     assert_eq!(
-        verify_read(&kr, &h, "GET", path, now),
+        verify_read(&kr, &srv(), &h, "GET", path, now),
         Err(ReadAuthError::BadSignature)
     );
     let sig_b64 = good.rsplit(' ').next().unwrap().to_owned();
@@ -424,7 +436,7 @@ fn signed_read_refusals() {
         ),
     ] {
         assert_eq!(
-            verify_read(&kr, &bad, "GET", path, now),
+            verify_read(&kr, &srv(), &bad, "GET", path, now),
             Err(ReadAuthError::Malformed),
             "{bad:?}"
         );

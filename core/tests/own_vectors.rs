@@ -226,6 +226,53 @@ fn accept(case: &Value) -> Result<(), &'static str> {
 }
 
 #[test]
+fn reads_verify_and_bind_the_server_id() {
+    use approval_core::message::{verify_read, ReadAuthError};
+    use approval_core::{ServerId, Timestamp};
+    let cases = read_vector_cases("reads.json");
+    assert!(cases.len() >= 5);
+    let kr = keyring(&NAMES);
+    for (i, case) in cases.iter().enumerate() {
+        assert_eq!(
+            sorted_keys(case),
+            [
+                "authorization",
+                "message",
+                "method",
+                "path_and_query",
+                "public_key",
+                "server_id",
+                "unix_seconds"
+            ]
+        );
+        let srv = ServerId::parse(field(case, "server_id")).unwrap();
+        let at = case["unix_seconds"].as_i64().unwrap();
+        let (method, pq) = (field(case, "method"), field(case, "path_and_query"));
+        let msg = field(case, "message");
+        assert_eq!(
+            msg,
+            format!("approval-v1-read\n{srv}\n{at}\n{method}\n{pq}"),
+            "case {i}"
+        );
+        let auth = field(case, "authorization");
+        let sig = Signature::parse(auth.rsplit(' ').next().unwrap()).unwrap();
+        let pk = PublicKey::parse(field(case, "public_key")).unwrap();
+        assert_eq!(pk.verify_strict(msg.as_bytes(), &sig), Ok(()), "case {i}");
+        let now = Timestamp::from_unix(at);
+        assert!(
+            verify_read(&kr, &srv, auth, method, pq, now).is_ok(),
+            "case {i}"
+        );
+        let other = ServerId::parse("srv-other").unwrap();
+        assert_eq!(
+            verify_read(&kr, &other, auth, method, pq, now),
+            Err(ReadAuthError::BadSignature),
+            "case {i}: bound to the server id"
+        );
+    }
+}
+
+#[test]
 fn fail_decisions_are_refused_where_stated() {
     let cases = read_vector_cases("fail_decisions.json");
     let mut stages = std::collections::BTreeSet::new();

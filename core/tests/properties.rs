@@ -768,7 +768,14 @@ proptest! {
         let _ = Preview::from_json_text(&s);
         let _ = Receipt::from_json_text(&s);
         let _ = approval_core::Policy::parse_toml("x.toml", &s);
-        let _ = verify_read(&full_keyring(), &s, "GET", "/", common::t(0));
+        let _ = verify_read(
+            &full_keyring(),
+            &approval_core::ServerId::parse("srv-1").unwrap(),
+            &s,
+            "GET",
+            "/",
+            common::t(0),
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use approval_core::json;
 use approval_core::message::{
     decision_message, parse_decision_message, read_message, verify_read, Signature, SignedDecision,
 };
-use approval_core::{ApproverName, Sha256Hex, Timestamp};
+use approval_core::{ApproverName, ServerId, Sha256Hex, Timestamp};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -30,7 +30,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let kr = approval_fuzz::keyring();
     let now = Timestamp::from_unix(approval_fuzz::NOW);
-    if let Ok(name) = verify_read(&kr, head, "GET", path, now) {
+    let srv = ServerId::parse(approval_fuzz::SERVER_ID).expect("a valid server id");
+    if let Ok(name) = verify_read(&kr, &srv, head, "GET", path, now) {
         // Check the acceptance independently of verify_read.
         let parts: Vec<&str> = head.split(' ').collect();
         assert_eq!(parts.len(), 4);
@@ -40,10 +41,10 @@ fuzz_target!(|data: &[u8]| {
         assert!((ts - now.unix()).abs() <= 300, "stale read accepted");
         let sig = Signature::parse(parts[3]).expect("accepted signature decodes");
         let key = kr.get(&name).expect("accepted approver is in the keyring");
-        key.verify_strict(read_message(ts, "GET", path).as_bytes(), &sig)
+        key.verify_strict(read_message(&srv, ts, "GET", path).as_bytes(), &sig)
             .expect("accepted read signature verifies");
         assert!(
-            verify_read(&kr, head, "POST", path, now).is_err(),
+            verify_read(&kr, &srv, head, "POST", path, now).is_err(),
             "a read signed for GET verified for POST"
         );
     }

@@ -16,6 +16,9 @@ pub const NAMES: [&str; 3] = ["alice", "bob", "carol"];
 /// "Now" for every time-dependent check: 2027-01-15T08:00:00Z.
 pub const NOW: i64 = 1_800_000_000;
 
+/// The fixed server id (previews and signed reads).
+pub const SERVER_ID: &str = "srv-fuzz0000";
+
 /// The fixed policy: 2 of alice/bob/carol, carol required, one veto.
 pub const POLICY: &str = r#"kind = "note.write"
 description = "Write a note"
@@ -62,7 +65,7 @@ pub fn policy() -> Policy {
 pub fn preview(payload: Value) -> Preview {
     Preview {
         v: 1,
-        server_id: ServerId::parse("srv-fuzz0000").expect("fixed id"),
+        server_id: ServerId::parse(SERVER_ID).expect("fixed id"),
         proposal_id: ProposalId::parse("p-fuzz").expect("fixed id"),
         kind: Kind::parse("note.write").expect("fixed kind"),
         payload,

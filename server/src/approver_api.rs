@@ -10,9 +10,9 @@ use crate::service::{Service, ServiceError};
 use approval_core::message::{ReadAuth, ReadAuthError, SignedDecision};
 use approval_core::quorum::QuorumOutcome;
 use approval_core::status::Status;
-use approval_core::{ApproverName, Code};
+use approval_core::{ApproverName, Code, Timestamp};
 use axum::body::Bytes;
-use axum::extract::{OriginalUri, Path, Query, State};
+use axum::extract::{ConnectInfo, OriginalUri, Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -21,6 +21,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,9 +93,79 @@ pub fn router(svc: Arc<Service>) -> Router {
         .with_state(state)
 }
 
-/// The approver a signed read comes from: extracting it verifies the
-/// `Authorization: Approval ...` header over the method and the exact path and query,
-/// against the keyring in force and the server's clock.
+/// The client's address, when the listener recorded it: failed signatures are
+/// charged to it (see [`crate::throttle`]).
+pub struct Source(pub Option<IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Source {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Source(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
+/// Verifies the `Authorization: Approval ...` header of a signed read over this
+/// server's id, the method and the exact path and query, against the keyring in
+/// force and the server's clock. Returns who reads and until when the signature is
+/// inside the server's window. A failed signature is charged to the client's
+/// address, never to the name it claims: a signature that verifies is always
+/// accepted, however many forgeries in that name came before.
+async fn authenticate(
+    parts: &axum::http::request::Parts,
+    st: &ApiState,
+) -> Result<(ApproverName, Timestamp), ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // The path as the client sent it, even when this router is nested.
+    let uri = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map(|u| &u.0)
+        .unwrap_or(&parts.uri);
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let unauthorized =
+        |e: ReadAuthError| ApiError(ServiceError::new(Code::Unauthorized, e.to_string()));
+    let auth = ReadAuth::parse(header).map_err(unauthorized)?;
+    let source = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let forgeries = st.svc.forgeries();
+    forgeries.admit(source, st.svc.now()).await;
+    let who = auth
+        .verify(
+            &st.svc.config().keyring,
+            st.svc.store().server_id(),
+            parts.method.as_str(),
+            path,
+            st.svc.now(),
+        )
+        .map_err(|e| {
+            if e == ReadAuthError::BadSignature {
+                forgeries.failed(source, st.svc.now());
+                return ApiError(ServiceError::new(
+                    Code::Unauthorized,
+                    with_held_key(e.to_string(), &st.svc, &auth.approver),
+                ));
+            }
+            unauthorized(e)
+        })?;
+    Ok((who, auth.valid_until()))
+}
+
+/// The approver a signed read comes from (see [`authenticate`]).
 pub struct Reader(pub ApproverName);
 
 impl axum::extract::FromRequestParts<ApiState> for Reader {
@@ -104,42 +175,35 @@ impl axum::extract::FromRequestParts<ApiState> for Reader {
         parts: &mut axum::http::request::Parts,
         st: &ApiState,
     ) -> Result<Self, ApiError> {
-        let header = parts
+        authenticate(parts, st).await.map(|(who, _)| Reader(who))
+    }
+}
+
+/// A signed read that opens a stream: who, and the last second of the signature's
+/// window, when the stream ends.
+pub struct StreamReader {
+    who: ApproverName,
+    valid_until: Timestamp,
+    last_event_id: Option<String>,
+}
+
+impl axum::extract::FromRequestParts<ApiState> for StreamReader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &ApiState,
+    ) -> Result<Self, ApiError> {
+        let (who, valid_until) = authenticate(parts, st).await?;
+        let last_event_id = parts
             .headers
-            .get(axum::http::header::AUTHORIZATION)
+            .get("last-event-id")
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        // The path as the client sent it, even when this router is nested.
-        let uri = parts
-            .extensions
-            .get::<OriginalUri>()
-            .map(|u| &u.0)
-            .unwrap_or(&parts.uri);
-        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let unauthorized =
-            |e: ReadAuthError| ApiError(ServiceError::new(Code::Unauthorized, e.to_string()));
-        let auth = ReadAuth::parse(header).map_err(unauthorized)?;
-        // Meter failed checks per claimed approver before spending a verification.
-        let budget = st.svc.bad_signatures();
-        budget
-            .check(&auth.approver, st.svc.now())
-            .map_err(ApiError)?;
-        auth.verify(
-            &st.svc.config().keyring,
-            parts.method.as_str(),
-            path,
-            st.svc.now(),
-        )
-        .map(Reader)
-        .map_err(|e| {
-            if e == ReadAuthError::BadSignature {
-                budget.failed(&auth.approver, st.svc.now());
-                return ApiError(ServiceError::new(
-                    Code::Unauthorized,
-                    with_held_key(e.to_string(), &st.svc, &auth.approver),
-                ));
-            }
-            unauthorized(e)
+            .map(|s| s.chars().take(64).collect());
+        Ok(StreamReader {
+            who,
+            valid_until,
+            last_event_id,
         })
     }
 }
@@ -275,10 +339,11 @@ async fn show(
 async fn decide(
     state: State<ApiState>,
     id: Path<String>,
+    source: Source,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     match body {
-        Ok(body) => decide_body(state, id, body).await.into_response(),
+        Ok(body) => decide_body(state, id, source, body).await.into_response(),
         Err(e) => {
             let body = json!({
                 "code": Code::LimitExceeded,
@@ -292,6 +357,7 @@ async fn decide(
 async fn decide_body(
     State(st): State<ApiState>,
     Path(id): Path<String>,
+    Source(source): Source,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let text = std::str::from_utf8(&body).map_err(|_| {
@@ -308,7 +374,19 @@ async fn decide_body(
             format!("body must be {{approver, decision, reason, signature}}: {e}"),
         ))
     })?;
-    let decided = st.svc.decide(&id, d).await?;
+    let decided = st.svc.decide(&id, d, source).await?;
+    if decided.already_recorded {
+        // A decision body is not a read signature: it carries no time and verifies
+        // forever, so whoever captured one could replay it to read the proposal (its
+        // payload and result) at any time. A repeat only learns that it was recorded.
+        let rec = &decided.record;
+        return Ok(Json(json!({
+            "recorded": false,
+            "already_recorded": true,
+            "proposal_id": rec.id(),
+            "status": rec.lifecycle.at(st.svc.now()).status,
+        })));
+    }
     Ok(Json(json!({
         "recorded": !decided.already_recorded,
         "already_recorded": decided.already_recorded,
@@ -341,7 +419,128 @@ impl Drop for WatchSlot {
     }
 }
 
-async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Response, ApiError> {
+/// How often an event stream compares its signature's window with the server's clock.
+pub const STREAM_CHECK: Duration = Duration::from_secs(1);
+
+/// Why a signed event stream ended on purpose (the `reauth` event's `reason`).
+fn reauth_event(reason: &str, message: &str, last_id: Option<&str>) -> SseEvent {
+    let mut ev = SseEvent::default().event("reauth").data(
+        json!({"code": Code::Unauthorized, "reason": reason, "message": message}).to_string(),
+    );
+    if let Some(id) = last_id {
+        ev = ev.id(id);
+    }
+    ev
+}
+
+/// One open `/v1/events` stream.
+struct Watch {
+    svc: Arc<Service>,
+    who: ApproverName,
+    rx: tokio::sync::broadcast::Receiver<crate::service::Event>,
+    reloads: tokio::sync::watch::Receiver<u64>,
+    tick: tokio::time::Interval,
+    valid_until: Timestamp,
+    /// Announcements missed before a resume, sent first.
+    backlog: std::collections::VecDeque<crate::service::Event>,
+    /// A resume could not be served from memory: say `lagged` first.
+    resume_gap: bool,
+    /// The last announcement sent (or the client's `Last-Event-ID`).
+    last_seq: u64,
+    last_id: Option<String>,
+    done: bool,
+    _slot: WatchSlot,
+}
+
+impl Watch {
+    /// The view event for one announcement, if this approver may see it.
+    async fn proposal(&mut self, ev: crate::service::Event) -> Option<SseEvent> {
+        if ev.seq <= self.last_seq {
+            return None;
+        }
+        self.last_seq = ev.seq;
+        let id = self.svc.event_id(ev.seq);
+        self.last_id = Some(id.clone());
+        let rec = self.svc.get_for_approver(&self.who, ev.id.as_str()).ok()?;
+        let v = view(&self.svc, &rec).ok()?;
+        self.svc.settle().await.ok()?;
+        Some(
+            SseEvent::default()
+                .event("proposal")
+                .id(id)
+                .data(v.to_string()),
+        )
+    }
+
+    /// The next event, or `None` when the stream ends.
+    async fn next(&mut self) -> Option<SseEvent> {
+        if self.done {
+            return None;
+        }
+        if self.resume_gap {
+            self.resume_gap = false;
+            return Some(
+                SseEvent::default()
+                    .event("lagged")
+                    .data(json!({"missed": null, "resume": "Last-Event-ID is not known any more: read the lists again"}).to_string()),
+            );
+        }
+        while let Some(ev) = self.backlog.pop_front() {
+            if let Some(e) = self.proposal(ev).await {
+                return Some(e);
+            }
+        }
+        loop {
+            tokio::select! {
+                r = self.rx.recv() => match r {
+                    Ok(ev) => {
+                        if let Some(e) = self.proposal(ev).await {
+                            return Some(e);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        return Some(SseEvent::default()
+                            .event("lagged")
+                            .data(json!({"missed": n}).to_string()));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                },
+                changed = self.reloads.changed() => {
+                    self.done = true;
+                    if changed.is_err() {
+                        return None;
+                    }
+                    return Some(reauth_event(
+                        "keyring_reload",
+                        "the server reloaded its keyring: sign a new read of /v1/events and reconnect with Last-Event-ID",
+                        self.last_id.as_deref(),
+                    ));
+                }
+                _ = self.tick.tick() => {
+                    if self.svc.now() > self.valid_until {
+                        self.done = true;
+                        return Some(reauth_event(
+                            "signature_window",
+                            &format!(
+                                "this stream's read signature left the server's ±{} s window at {}: sign a new read of /v1/events and reconnect with Last-Event-ID",
+                                approval_core::message::READ_WINDOW_SECS, self.valid_until
+                            ),
+                            self.last_id.as_deref(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /v1/events`: a stream of proposal views, each with an SSE id. It ends (after a
+/// `reauth` event) when its read signature leaves the server's window and on every
+/// keyring reload: a signature must not outlive the window or the key it was checked
+/// with. The client signs again and reconnects with `Last-Event-ID`; the changes it
+/// missed are sent first (or `lagged` when the server no longer knows them).
+async fn events(State(st): State<ApiState>, r: StreamReader) -> Result<Response, ApiError> {
+    let who = r.who;
     {
         let mut w = st
             .watchers
@@ -362,38 +561,45 @@ async fn events(State(st): State<ApiState>, Reader(who): Reader) -> Result<Respo
         who: who.clone(),
         watchers: st.watchers.clone(),
     };
+    // Subscribe before reading the backlog, so nothing falls between the two;
+    // announcements seen twice are skipped by their number.
     let rx = st.svc.subscribe();
-    let svc = st.svc.clone();
-    let stream = futures::stream::unfold(
-        (rx, svc, who, slot),
-        |(mut rx, svc, who, slot)| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(ev) => {
-                        let Ok(rec) = svc.get_for_approver(&who, ev.id.as_str()) else {
-                            continue;
-                        };
-                        let Ok(v) = view(&svc, &rec) else { continue };
-                        if svc.settle().await.is_err() {
-                            continue;
-                        }
-                        let event = SseEvent::default().event("proposal").data(v.to_string());
-                        return Some((
-                            Ok::<_, std::convert::Infallible>(event),
-                            (rx, svc, who, slot),
-                        ));
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let event = SseEvent::default()
-                            .event("lagged")
-                            .data(json!({"missed": n}).to_string());
-                        return Some((Ok(event), (rx, svc, who, slot)));
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
+    let mut reloads = st.svc.reloads();
+    reloads.mark_unchanged();
+    let (backlog, resume_gap, last_seq) = match &r.last_event_id {
+        None => (Default::default(), false, 0),
+        Some(id) => match st.svc.events_after(id) {
+            Some(evs) => {
+                // `events_after` knew the id, so its number parses.
+                let last = id
+                    .rsplit_once('-')
+                    .and_then(|(_, n)| n.parse().ok())
+                    .unwrap_or(0);
+                (evs.into(), false, last)
             }
+            None => (Default::default(), true, 0),
         },
-    );
+    };
+    let mut tick = tokio::time::interval(STREAM_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let watch = Watch {
+        svc: st.svc.clone(),
+        who,
+        rx,
+        reloads,
+        tick,
+        valid_until: r.valid_until,
+        backlog,
+        resume_gap,
+        last_seq,
+        last_id: r.last_event_id,
+        done: false,
+        _slot: slot,
+    };
+    let stream = futures::stream::unfold(watch, |mut w| async move {
+        let ev = w.next().await?;
+        Some((Ok::<_, std::convert::Infallible>(ev), w))
+    });
     Ok(Sse::new(stream)
         .keep_alive(
             KeepAlive::new()

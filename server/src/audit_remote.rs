@@ -11,7 +11,7 @@ use crate::store::AuditLog;
 use anyhow::Context;
 use approval_core::keyring::SecretKey;
 use approval_core::message::sign_read;
-use approval_core::Sha256Hex;
+use approval_core::{ServerId, Sha256Hex};
 use std::path::Path;
 use std::time::Duration;
 
@@ -62,12 +62,13 @@ pub async fn fetch(server: &str, key: &Path) -> anyhow::Result<AuditLog> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    let auth = sign_read(&key.key, &key.name, now, "GET", url.path());
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("cannot set up HTTP")?;
+    let server_id = server_id(&client, base).await?;
+    let auth = sign_read(&key.key, &key.name, &server_id, now, "GET", url.path());
     let resp = client
         .get(url.clone())
         .header(reqwest::header::AUTHORIZATION, auth)
@@ -125,4 +126,24 @@ mod tests {
         assert!(parse_head(&format!("x {h}")).is_err());
         assert!(parse_head("3 zz").is_err());
     }
+}
+
+/// The server id a signed read covers, from the server's `GET /healthz` (the read
+/// signature binds it, so the header cannot be replayed to another server).
+async fn server_id(client: &reqwest::Client, base: &str) -> anyhow::Result<ServerId> {
+    let url = format!("{base}/healthz");
+    let resp = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", crate::bridge::unreachable(&url, &e)))?;
+    let v: serde_json::Value = resp.json().await.map_err(|_| {
+        anyhow::anyhow!(
+            "{url} did not answer as an approval gate's approver API (use the \"Approver API:\" address the server prints)"
+        )
+    })?;
+    let id = v.get("server_id").and_then(|v| v.as_str()).ok_or_else(|| {
+        anyhow::anyhow!("{url} has no server_id: not an approval gate's approver API")
+    })?;
+    ServerId::parse(id).map_err(|e| anyhow::anyhow!("{url}: {e}"))
 }

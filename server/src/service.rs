@@ -118,6 +118,19 @@ impl std::fmt::Display for ServiceError {
 pub struct Event {
     /// Which proposal.
     pub id: ProposalId,
+    /// Its place in this process's sequence of announcements (from 1), which
+    /// `/v1/events` sends as the SSE id so a client can resume with `Last-Event-ID`.
+    pub seq: u64,
+}
+
+/// Announcements kept for a resuming event stream (`Last-Event-ID`).
+pub const RECENT_EVENTS: usize = 4096;
+
+/// The last announcements, in order, and the next sequence number.
+#[derive(Default)]
+struct Recent {
+    next: u64,
+    events: std::collections::VecDeque<Event>,
 }
 
 /// The result of posting a decision.
@@ -139,10 +152,15 @@ pub struct Service {
     source: Option<ConfigSource>,
     clock: Arc<dyn Clock>,
     events: broadcast::Sender<Event>,
+    recent: std::sync::Mutex<Recent>,
+    /// Tells this process's event ids from another's (a restart starts over).
+    epoch: String,
     exec: ExecContext,
     limits: PendingLimits,
     verified: crate::verify_cache::VerifyCache,
-    bad_signatures: crate::throttle::BadSignatures,
+    forgeries: crate::throttle::Forgeries,
+    /// Counts successful configuration loads; signed event streams end on each.
+    reloads: tokio::sync::watch::Sender<u64>,
     /// Policies no longer in force that records still refer to, parsed once.
     old_policies: std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>,
 }
@@ -210,10 +228,17 @@ impl Service {
             source,
             clock,
             events: broadcast::channel(4096).0,
+            recent: Default::default(),
+            epoch: {
+                let mut b = [0u8; 4];
+                let _ = getrandom::fill(&mut b);
+                hex::encode(b)
+            },
             exec,
             limits,
             verified: Default::default(),
-            bad_signatures: Default::default(),
+            forgeries: Default::default(),
+            reloads: tokio::sync::watch::channel(0).0,
             old_policies: Default::default(),
         })
     }
@@ -255,6 +280,41 @@ impl Service {
     /// Subscribes to proposal changes.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
+    }
+
+    /// Numbers a change, keeps it for resuming streams, and broadcasts it (under one
+    /// lock, so receivers see the numbers in order).
+    fn announce(&self, id: ProposalId) {
+        let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        r.next += 1;
+        let ev = Event { id, seq: r.next };
+        r.events.push_back(ev.clone());
+        if r.events.len() > RECENT_EVENTS {
+            r.events.pop_front();
+        }
+        let _ = self.events.send(ev);
+    }
+
+    /// The SSE id of announcement `seq`: `<epoch>-<seq>`.
+    pub fn event_id(&self, seq: u64) -> String {
+        format!("{}-{seq}", self.epoch)
+    }
+
+    /// The announcements after the one a client last saw (its `Last-Event-ID`), or
+    /// `None` when they are not all known any more (another process's id, or older
+    /// than [`RECENT_EVENTS`] announcements): the client must then re-read its lists.
+    pub fn events_after(&self, last_event_id: &str) -> Option<Vec<Event>> {
+        let (epoch, seq) = last_event_id.split_once('-')?;
+        let seq: u64 = seq.parse().ok()?;
+        let r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if epoch != self.epoch || seq > r.next {
+            return None;
+        }
+        let oldest = r.events.front().map_or(r.next + 1, |e| e.seq);
+        if seq + 1 < oldest {
+            return None;
+        }
+        Some(r.events.iter().filter(|e| e.seq > seq).cloned().collect())
     }
 
     /// The policy a record was made under: the one in force when it still matches
@@ -353,7 +413,7 @@ impl Service {
             match self.store.update(&next, events)? {
                 Cas::Applied => {
                     self.commit.flush().await?;
-                    let _ = self.events.send(Event { id: id.clone() });
+                    self.announce(id.clone());
                     return Ok(next);
                 }
                 Cas::Conflict(_) => continue,
@@ -376,9 +436,19 @@ impl Service {
         }
     }
 
-    /// The failed-signature budget the approver API's signed reads share with decisions.
-    pub fn bad_signatures(&self) -> &crate::throttle::BadSignatures {
-        &self.bad_signatures
+    /// Failed signatures charged to their source, shared by signed reads and decisions.
+    pub fn forgeries(&self) -> &crate::throttle::Forgeries {
+        &self.forgeries
+    }
+
+    /// Changes with every configuration (keyring) load that took effect: a signed
+    /// event stream ends when it changes, so its reader signs again under the new keyring.
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+
+    fn reloaded(&self) {
+        self.reloads.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// `approval_prepare`.
@@ -468,9 +538,7 @@ impl Service {
         self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;
         drop(writing);
-        let _ = self.events.send(Event {
-            id: rec.id().clone(),
-        });
+        self.announce(rec.id().clone());
         tracing::info!(id = %rec.id(), kind = %rec.preview.kind, agent = %agent, "proposed");
         Ok((rec, policy))
     }
@@ -756,8 +824,15 @@ impl Service {
             .collect())
     }
 
-    /// Records a signed decision (idempotently) and applies what it causes.
-    pub async fn decide(&self, id: &str, d: SignedDecision) -> Result<Decided, ServiceError> {
+    /// Records a signed decision (idempotently) and applies what it causes. A failed
+    /// signature is charged to `source` (the client's address), never to the approver
+    /// named: a decision that verifies is always heard (see [`crate::throttle`]).
+    pub async fn decide(
+        &self,
+        id: &str,
+        d: SignedDecision,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<Decided, ServiceError> {
         let config = self.config();
         let forbidden = |m: String| ServiceError::new(Code::InvalidSignature, m);
         let key = *config.keyring.get(&d.approver).ok_or_else(|| {
@@ -785,11 +860,11 @@ impl Service {
                 d.approver, rec.preview.kind
             )));
         }
-        self.bad_signatures.check(&d.approver, self.now())?;
+        self.forgeries.admit(source, self.now()).await;
         // Memoised: the quorum count inside the transition and the answer's view
         // check this same signature again, and should not redo the Ed25519 math.
         if !self.verified.verify(&key, &d, &rec.preview_sha256) {
-            self.bad_signatures.failed(&d.approver, self.now());
+            self.forgeries.failed(source, self.now());
             return Err(forbidden(format!(
                 "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring; {}",
                 d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision,
@@ -1046,6 +1121,7 @@ impl Service {
             Ok(mut c) => *c = Arc::new(fresh),
             Err(p) => *p.into_inner() = Arc::new(fresh),
         }
+        self.reloaded();
         match self.void_changed_policies().await {
             Ok(n) => Ok(n),
             Err(e) => {
@@ -1061,5 +1137,6 @@ impl Service {
             Ok(mut c) => *c = Arc::new(config),
             Err(p) => *p.into_inner() = Arc::new(config),
         }
+        self.reloaded();
     }
 }

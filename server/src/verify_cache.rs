@@ -4,8 +4,11 @@
 //! keyring stops counting at once); only the arithmetic of `verify_strict` is
 //! memoised, keyed by the public key, the exact signed message and the signature. A
 //! hit therefore means "this key signed exactly this message", which is what the
-//! verification would have said. Only successes are remembered; the set is cleared
-//! when it grows past its bound.
+//! verification would have said. Only successes are remembered, so a forger can
+//! neither fill the set nor push genuine entries out (issue #11, item 1: forgeries
+//! must cost the forger only); the set is cleared when it grows past its bound, which
+//! only genuine signatures can make it do. Failed checks are charged to their source
+//! address by [`crate::throttle`].
 
 use approval_core::message::{decision_message, SignedDecision};
 use approval_core::{PublicKey, Sha256Hex};
@@ -51,6 +54,16 @@ impl VerifyCache {
         }
         ok
     }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        self.seen.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
@@ -74,5 +87,28 @@ mod tests {
         assert!(!cache.verify(&k.public_key(), &d, &Sha256Hex::digest(b"q")));
         let k2 = SecretKey::from_seed(ApproverName::parse("bob").unwrap(), [4; 32]);
         assert!(!cache.verify(&k2.public_key(), &d, &h));
+    }
+
+    #[test]
+    fn forgeries_never_enter_the_cache() {
+        let k = SecretKey::from_seed(ApproverName::parse("carol").unwrap(), [5; 32]);
+        let h = Sha256Hex::digest(b"p");
+        let cache = VerifyCache::default();
+        for i in 0..1000u32 {
+            let mut sig = [0u8; 64];
+            sig[..4].copy_from_slice(&i.to_le_bytes());
+            let forged = SignedDecision {
+                approver: k.name.clone(),
+                decision: Decision::Reject,
+                reason: String::new(),
+                signature: approval_core::message::Signature(sig),
+            };
+            assert!(!cache.verify(&k.public_key(), &forged, &h));
+        }
+        assert!(cache.is_empty());
+        let genuine =
+            SignedDecision::sign(&k.key, k.name.clone(), Decision::Reject, &h, "").unwrap();
+        assert!(cache.verify(&k.public_key(), &genuine, &h));
+        assert_eq!(cache.len(), 1);
     }
 }

@@ -290,9 +290,9 @@ async fn an_idle_http2_connection_is_closed() {
 }
 
 /// The `Authorization` header of a signed read as `who` at `at` (unix seconds).
-fn read_auth(who: &str, at: i64, path: &str) -> String {
+fn read_auth(server_id: &approval_core::ServerId, who: &str, at: i64, path: &str) -> String {
     let k = common::key(who);
-    approval_core::message::sign_read(&k.key, &k.name, at, "GET", path)
+    approval_core::message::sign_read(&k.key, &k.name, server_id, at, "GET", path)
 }
 
 /// An event stream is a request in flight for as long as it streams, so the idle
@@ -311,7 +311,10 @@ async fn an_open_event_stream_is_not_closed_as_idle() {
     for (who, client) in [("alice", &h1), ("bob", &h2)] {
         let r = client
             .get(&url)
-            .header("Authorization", read_auth(who, now, "/v1/events"))
+            .header(
+                "Authorization",
+                read_auth(s._inner.svc.store().server_id(), who, now, "/v1/events"),
+            )
             .send()
             .await
             .unwrap();

@@ -151,7 +151,9 @@ async fn the_same_signed_decision_counts_once() {
     let (c2, v2) = s.post_decision(&id, &body).await;
     assert_eq!((c1, v1["recorded"].as_bool()), (200, Some(true)));
     assert_eq!((c2, v2["already_recorded"].as_bool()), (200, Some(true)));
-    assert_eq!(v2["proposal"]["quorum"]["have"], 1);
+    // A repeat only says so: it does not read the proposal (issue #11, item 5).
+    assert_eq!(v2["status"], "PENDING", "{v2}");
+    assert!(v2.get("proposal").is_none(), "{v2}");
     assert_eq!(s.snapshot(), before);
     // The same approver approving again with another reason is refused.
     let other = s.signed("carol", Decision::Approve, &hash, "again");
@@ -514,7 +516,14 @@ async fn signed_reads_are_required_and_scoped() {
     // A read signed at another time than the server's clock is refused.
     s.clock.advance(301);
     let k = key("alice");
-    let auth = approval_core::message::sign_read(&k.key, &k.name, T0, "GET", "/v1/proposals");
+    let auth = approval_core::message::sign_read(
+        &k.key,
+        &k.name,
+        s.svc.store().server_id(),
+        T0,
+        "GET",
+        "/v1/proposals",
+    );
     let r = s
         .http
         .get(format!("http://{}/v1/proposals", s.addr))
@@ -727,7 +736,14 @@ async fn audit_verify_catches_an_edited_entry() {
 async fn events_stream_new_and_changed_proposals_to_watchers() {
     let s = start().await;
     let k = key("bob");
-    let auth = approval_core::message::sign_read(&k.key, &k.name, T0, "GET", "/v1/events");
+    let auth = approval_core::message::sign_read(
+        &k.key,
+        &k.name,
+        s.svc.store().server_id(),
+        T0,
+        "GET",
+        "/v1/events",
+    );
     let mut resp = s
         .http
         .get(format!("http://{}/v1/events", s.addr))

@@ -154,17 +154,32 @@ impl Client {
         }
     }
 
-    fn signed(&self, method: Method, url: &Url) -> Result<reqwest::RequestBuilder> {
+    /// The server id every signed read covers (`approval-v1-read\n<server_id>\n...`), so
+    /// that a read signed for this server cannot be replayed to another: the pinned
+    /// identity of [`Client::server_id`], checked once per run.
+    pub async fn read_server_id(&self) -> Result<ServerId> {
+        self.server_id().await
+    }
+
+    async fn signed(&self, method: Method, url: &Url) -> Result<reqwest::RequestBuilder> {
         let key = self
             .key
             .as_ref()
             .ok_or_else(|| crate::failure::usage("this command needs your key (--key FILE)"))?;
+        let server_id = self.read_server_id().await?;
         let mut pq = url.path().to_owned();
         if let Some(q) = url.query() {
             pq.push('?');
             pq.push_str(q);
         }
-        let auth = sign_read(&key.key, &key.name, now_unix(), method.as_str(), &pq);
+        let auth = sign_read(
+            &key.key,
+            &key.name,
+            &server_id,
+            now_unix(),
+            method.as_str(),
+            &pq,
+        );
         Ok(self
             .http
             .request(method, url.clone())
@@ -294,7 +309,7 @@ impl Client {
     pub async fn get(&self, path_and_query: &str) -> Result<Value> {
         self.server_id().await?;
         let url = self.url(path_and_query)?;
-        self.exchange(self.signed(Method::GET, &url)?).await
+        self.exchange(self.signed(Method::GET, &url).await?).await
     }
 
     /// The exact body text of a signed `GET` (for receipts, kept byte for byte).
@@ -302,7 +317,8 @@ impl Client {
         self.server_id().await?;
         let url = self.url(path_and_query)?;
         let resp = self
-            .signed(Method::GET, &url)?
+            .signed(Method::GET, &url)
+            .await?
             .timeout(self.timeout)
             .send()
             .await
@@ -325,14 +341,19 @@ impl Client {
         self.exchange(req).await
     }
 
-    /// Opens the signed `GET /v1/events` stream; the body is read by the caller
-    /// without a total time-out (only connecting and the headers are timed).
-    pub async fn events(&self) -> Result<reqwest::Response> {
+    /// Opens the signed `GET /v1/events` stream, resuming after `last_event_id` when
+    /// given; the body is read by the caller without a total time-out (only connecting
+    /// and the headers are timed).
+    pub async fn events(&self, last_event_id: Option<&str>) -> Result<reqwest::Response> {
         self.server_id().await?;
         let url = self.url("/v1/events")?;
-        let req = self
-            .signed(Method::GET, &url)?
+        let mut req = self
+            .signed(Method::GET, &url)
+            .await?
             .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
         let resp = tokio::time::timeout(self.timeout, req.send())
             .await
             .map_err(|_| {

@@ -447,6 +447,43 @@ fn watch_prints_new_proposals_from_the_stream_and_reconnects() {
     );
 }
 
+/// Issue #11, item 5: the server ends a stream when its read signature leaves the
+/// window (or on a keyring reload) with a `reauth` event. watch signs a new read at
+/// once, without back-off, and resumes with `Last-Event-ID` set to the last id seen.
+#[test]
+fn watch_signs_again_and_resumes_with_last_event_id_when_the_server_ends_the_stream() {
+    let (env, fake, key) = setup(good());
+    fake.state.reauth.store(true, Ordering::SeqCst);
+    let mut child = env
+        .cmd()
+        .args(["watch", "--server", &fake.url, "--key", &key])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while fake.state.event_streams.load(Ordering::SeqCst) < 3
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ids = fake.state.last_event_ids.lock().expect("lock").clone();
+    assert!(ids.len() >= 3, "{ids:?} {stderr}");
+    assert_eq!(ids[0], None, "the first stream starts fresh");
+    assert_eq!(ids[1].as_deref(), Some("ev-1"), "{ids:?}");
+    assert_eq!(ids[2].as_deref(), Some("ev-2"), "{ids:?}");
+    assert_eq!(
+        fake.state.unauthorized.load(Ordering::SeqCst),
+        0,
+        "every reconnection was signed afresh and verified: {stderr}"
+    );
+    assert!(stderr.contains("signing again and resuming"), "{stderr}");
+    assert!(!stderr.contains("reconnecting in"), "no back-off: {stderr}");
+}
+
 #[test]
 fn watch_backs_off_exponentially_while_the_server_is_down() {
     let env = Env::new();

@@ -403,6 +403,26 @@ fn reject_round_trip() {
     assert!(r.stderr.contains("INVALID_TRANSITION: "), "{}", r.stderr);
 }
 
+/// The server answers a decision it already recorded without the proposal view
+/// (issue #11, item 5: a replayed decision body must not read the proposal);
+/// signer-cli then reads the view with a signed GET and still reports the outcome.
+#[test]
+fn repeating_a_decision_reports_it_was_already_recorded() {
+    let s = Server::start();
+    let mut agent = s.agent();
+    let (id, _) = agent.prepare("note.write", json!({"text": "twice"}), "twice");
+    let r = s.cli("alice", &["approve", &id, "--yes"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = s.cli("alice", &["approve", &id, "--yes"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("(this decision was already recorded)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("PENDING"), "{}", r.stdout);
+}
+
 #[test]
 fn revoke_round_trip() {
     let s = Server::start();

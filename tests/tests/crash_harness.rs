@@ -383,7 +383,19 @@ impl Client {
     async fn show(&self, id: &str) -> Result<(u16, Value), String> {
         let path = format!("/v1/proposals/{id}");
         let k = secret("alice");
-        let auth = sign_read(&k.key, &k.name, unix_now(), "GET", &path);
+        // Signed reads cover the server's id, from its unsigned /healthz.
+        let health: Value = self
+            .http
+            .get(format!("{}/healthz", self.base))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        let server_id = approval_core::ServerId::parse(health["server_id"].as_str().unwrap_or(""))
+            .map_err(|e| format!("/healthz: {e}"))?;
+        let auth = sign_read(&k.key, &k.name, &server_id, unix_now(), "GET", &path);
         let r = self
             .http
             .get(format!("{}{path}", self.base))
@@ -524,7 +536,12 @@ async fn decider(
             continue;
         };
         if code == 200 {
-            let status = v["proposal"]["status"].as_str().unwrap_or("").to_owned();
+            // A repeat (already_recorded) answers its status without the view.
+            let status = v["proposal"]["status"]
+                .as_str()
+                .or(v["status"].as_str())
+                .unwrap_or("")
+                .to_owned();
             let mut m = model.lock().unwrap();
             if let Some(a) = m.props.get_mut(&id) {
                 let how = format!(

@@ -415,3 +415,174 @@ async fn decision_by_a_keyring_member_outside_the_policy_is_invalid_signature() 
     assert_eq!(err["code"], "INVALID_SIGNATURE", "{text}");
     Ok(())
 }
+
+/// Issue #11, item 1. The agent learns the approvers' names from `approval_status`
+/// and floods the approver API, from the same loopback address the approvers use,
+/// with 1,000 forged reads and decisions in carol's name (64 zero bytes for a
+/// signature). A failed-signature budget per claimed name used to lock carol out
+/// (429 LIMIT_EXCEEDED on her genuine reject), so alice and bob approved and the agent
+/// executed: the veto never counted. Now carol's genuine reject, sent in the middle of
+/// the flood, answers within 1 s and is recorded; the proposal is REJECTED and
+/// execute is refused.
+#[tokio::test]
+async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> anyhow::Result<()> {
+    use base64::Engine;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const FORGERIES: usize = 1_000;
+    const WORKERS: usize = 8;
+
+    let w = World::new(&["alice", "bob", "carol"])?;
+    w.write_policy("note.write.toml", POLICY)?;
+    let server = w.start()?;
+    let mcp = server.mcp().await?;
+    let prep = mcp
+        .prepare("note.write", json!({"text": "guarded"}), "")
+        .await?;
+    let (id, hash) = (prep.proposal_id(), prep.preview_sha256());
+    w.signer("alice", &server).approve(&id).await?;
+
+    let zeros = base64::engine::general_purpose::STANDARD.encode([0u8; 64]);
+    let forged_decision = json!({
+        "approver": "carol", "decision": "reject", "reason": "", "signature": zeros,
+    });
+    let http = reqwest::Client::builder()
+        .timeout(approval_e2e::STEP_TIMEOUT)
+        .build()?;
+    let sent = Arc::new(AtomicUsize::new(0));
+    // The flood goes on until carol has her answer (and at least FORGERIES were sent),
+    // so her decision always meets it, however fast the machine.
+    let carol_answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..WORKERS {
+        let (http, sent, api, id, carol_answered) = (
+            http.clone(),
+            sent.clone(),
+            server.api_url.clone(),
+            id.clone(),
+            carol_answered.clone(),
+        );
+        let (body, zeros) = (forged_decision.clone(), zeros.clone());
+        flood.spawn(async move {
+            let mut refused = 0usize;
+            loop {
+                if sent.load(Ordering::SeqCst) >= FORGERIES && carol_answered.load(Ordering::SeqCst)
+                {
+                    return Ok::<_, anyhow::Error>(refused);
+                }
+                let n = sent.fetch_add(1, Ordering::SeqCst);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_secs();
+                let resp = if n % 2 == 0 {
+                    http.get(format!("{api}/v1/proposals/{id}"))
+                        .header("Authorization", format!("Approval carol {now} {zeros}"))
+                        .send()
+                        .await?
+                } else {
+                    http.post(format!("{api}/v1/proposals/{id}/decisions"))
+                        .json(&body)
+                        .send()
+                        .await?
+                };
+                let status = resp.status().as_u16();
+                anyhow::ensure!(
+                    (400..500).contains(&status),
+                    "forgery {n} answered {status}: {}",
+                    resp.text().await?
+                );
+                refused += 1;
+            }
+        });
+    }
+    // Well past the old budget of 30 a minute, carol vetoes for real, mid-flood.
+    approval_e2e::poll_until("200 forgeries sent", approval_e2e::STEP_TIMEOUT, || async {
+        Ok((sent.load(Ordering::SeqCst) >= 200).then_some(()))
+    })
+    .await?;
+    let carol = w.secret_key("carol")?;
+    let started = std::time::Instant::now();
+    let (status, v) = server
+        .post_decision(&carol, &id, &hash, Decision::Reject, "not this one")
+        .await?;
+    let took = started.elapsed();
+    carol_answered.store(true, Ordering::SeqCst);
+    eprintln!("carol's genuine reject during the flood answered in {took:?}");
+    assert_eq!(status, 200, "carol's genuine reject during the flood: {v}");
+    assert_eq!(v["recorded"], true, "{v}");
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "carol's genuine reject took {took:?} during the flood"
+    );
+    let mut refused = 0;
+    while let Some(r) = flood.join_next().await {
+        refused += r??;
+    }
+    let total = sent.load(Ordering::SeqCst);
+    assert!(total >= FORGERIES, "{total}");
+    assert_eq!(refused, total, "every forgery is refused");
+
+    // After the flood carol still reads and her veto holds.
+    let shown = w
+        .signer("carol", &server)
+        .ok(&["--json", "show", &id])
+        .await?;
+    assert!(shown.stdout.contains("REJECTED"), "{shown}");
+    let st = mcp.status(&id).await?;
+    assert_eq!(st.status(), "REJECTED", "{}", st.structured);
+    assert_eq!(st.rejections(), vec!["carol"], "{}", st.structured);
+    let (status, v) = server
+        .post_decision(&w.secret_key("bob")?, &id, &hash, Decision::Approve, "")
+        .await?;
+    assert_eq!(status, 409, "bob approves after the veto: {v}");
+    mcp.execute(&id, &hash).await?.expect("REJECTED", true);
+    Ok(())
+}
+
+/// Issue #11, item 5, against the real binary: `/v1/events` used to check its
+/// signature once and stream forever, past a key rotation. A SIGHUP that reloads the
+/// keyring now ends every open stream with a `reauth` event (reason `keyring_reload`),
+/// so the client must sign again with the key now in force.
+#[tokio::test]
+async fn an_event_stream_ends_on_sighup_keyring_reload() -> anyhow::Result<()> {
+    let w = World::new(&["alice", "bob", "carol"])?;
+    w.write_policy("note.write.toml", POLICY)?;
+    let server = w.start()?;
+    let health = server.healthz().await?;
+    let server_id = approval_core::ServerId::parse(health["server_id"].as_str().unwrap_or(""))?;
+    let alice = w.secret_key("alice")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs() as i64;
+    let auth = approval_core::message::sign_read(
+        &alice.key,
+        &alice.name,
+        &server_id,
+        now,
+        "GET",
+        "/v1/events",
+    );
+    let mut resp = reqwest::Client::new()
+        .get(format!("{}/v1/events", server.api_url))
+        .header("Authorization", auth)
+        .send()
+        .await?;
+    assert_eq!(resp.status().as_u16(), 200);
+    server.sighup()?;
+    let mut seen = String::new();
+    let ended = tokio::time::timeout(approval_e2e::STEP_TIMEOUT, async {
+        while let Some(chunk) = resp.chunk().await? {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        Ok::<_, anyhow::Error>(())
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stream did not end after SIGHUP: {seen:?}"
+    );
+    ended??;
+    assert!(seen.contains("event: reauth"), "{seen:?}");
+    assert!(seen.contains("keyring_reload"), "{seen:?}");
+    Ok(())
+}

@@ -30,6 +30,7 @@ pub fn all_files() -> Vec<(&'static str, Value)> {
     vec![
         ("previews.json", previews()),
         ("decisions.json", decisions()),
+        ("reads.json", reads()),
         ("fail_payloads.json", fail_payloads()),
         ("fail_decisions.json", fail_decisions()),
         ("fail_keyrings.json", fail_keyrings()),
@@ -259,6 +260,61 @@ fn decisions() -> Value {
 }
 
 // ---------------------------------------------------------------------------
+// reads.json
+// ---------------------------------------------------------------------------
+
+/// Signed reads: the exact message (`approval-v1-read\n<server_id>\n<unix_seconds>\n
+/// <METHOD>\n<path and query>`) and the `Authorization` header a client sends.
+fn reads() -> Value {
+    let srv = approval_core::ServerId::parse(SERVER).expect("fixed id");
+    let cases: [(&str, i64, &str, &str); 5] = [
+        (
+            "alice",
+            1_795_996_800,
+            "GET",
+            "/v1/proposals?status=pending",
+        ),
+        (
+            "bob",
+            1_795_996_801,
+            "GET",
+            "/v1/proposals/p-0123456789abcdef0123456789abcdef",
+        ),
+        ("carol", 1_795_996_802, "GET", "/v1/events"),
+        (
+            "dave",
+            1_795_996_803,
+            "GET",
+            "/v1/proposals/p-0123456789abcdef0123456789abcdef/receipt",
+        ),
+        (
+            "erin",
+            1_795_996_804,
+            "GET",
+            "/v1/proposals?status=all&limit=5",
+        ),
+    ];
+    Value::Array(
+        cases
+            .into_iter()
+            .map(|(who, at, method, pq)| {
+                json!({
+                    "public_key": public_key(who).to_base64(),
+                    "server_id": SERVER,
+                    "unix_seconds": at,
+                    "method": method,
+                    "path_and_query": pq,
+                    "message": approval_core::message::read_message(&srv, at, method, pq),
+                    "authorization": approval_core::message::sign_read(
+                        &signing_key(who), &approver(who), &srv, at, method, pq,
+                    ),
+                })
+            })
+            .collect(),
+    )
+}
+
+// ---------------------------------------------------------------------------
 // fail_payloads.json
 // ---------------------------------------------------------------------------
 
@@ -407,7 +463,12 @@ pub fn fail_decision_cases() -> Vec<FailDecision> {
     let (mixed_key, mixed_sig) = sign_for_mixed_order_key("alice", mixed_msg.as_bytes());
     let upper = format!("approval-v1\napprove\n{}\nok", h0.to_hex().to_uppercase());
     let long = format!("approval-v1\napprove\n{h0}\n{}", "x".repeat(1001));
-    let read = approval_core::message::read_message(1_795_996_800, "GET", "/v1/proposals");
+    let read = approval_core::message::read_message(
+        &approval_core::ServerId::parse(SERVER).unwrap(),
+        1_795_996_800,
+        "GET",
+        "/v1/proposals",
+    );
     let v2 = format!("approval-v2\napprove\n{h0}\nok");
     let no_reason = format!("approval-v1\napprove\n{h0}");
     let unknown = format!("approval-v1\napproved\n{h0}\nok");

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 #[path = "../../src/fixtures.rs"]
 mod fixtures;
-use fixtures::{keyring_text, preview, secret, NAMES, NOW, POLICY};
+use fixtures::{keyring_text, preview, secret, NAMES, NOW, POLICY, SERVER_ID};
 
 fn sign(name: &str, d: Decision, h: &Sha256Hex, reason: &str) -> SignedDecision {
     let k = secret(name);
@@ -119,7 +119,8 @@ fn main() {
     .enumerate()
     {
         let k = secret(NAMES[i]);
-        let hdr = sign_read(&k.key, &k.name, NOW - 10, "GET", path);
+        let srv = approval_core::ServerId::parse(SERVER_ID).expect("fixed id");
+        let hdr = sign_read(&k.key, &k.name, &srv, NOW - 10, "GET", path);
         out.put(
             "message_parse",
             &format!("read_{i}"),

@@ -218,7 +218,14 @@ impl TestServer {
     pub async fn get_signed(&self, who: &str, path: &str) -> (u16, Value) {
         let k = key(who);
         let now = approval_server::clock::Clock::now(&self.clock).unix();
-        let auth = sign_read(&k.key, &k.name, now, "GET", path);
+        let auth = sign_read(
+            &k.key,
+            &k.name,
+            self.svc.store().server_id(),
+            now,
+            "GET",
+            path,
+        );
         let r = self
             .http
             .get(format!("http://{}{path}", self.addr))

@@ -172,9 +172,21 @@ pub async fn decide(
                 e
             }
         })?;
-    let view = resp
-        .get("proposal")
-        .ok_or_else(|| network("the server's answer to the decision has no `proposal`"))?;
+    // A decision the server already had is answered without the proposal view (a
+    // replayed decision body must not read the proposal); read it with a signed GET.
+    let reread;
+    let view = match resp.get("proposal") {
+        Some(v) => v,
+        None if resp.get("already_recorded").and_then(Value::as_bool) == Some(true) => {
+            reread = client.get(&format!("/v1/proposals/{id}")).await?;
+            &reread
+        }
+        None => {
+            return Err(network(
+                "the server's answer to the decision has no `proposal`",
+            ))
+        }
+    };
     let after = check(view, Some(&id), &server_id).map_err(|e| {
         refused(format!(
             "the decision was sent, but the server's answer does not check: {e}"

@@ -3,6 +3,11 @@
 //!
 //! On every (re)connection the pending list is read once too, so that nothing
 //! proposed while disconnected is missed; each proposal is printed once.
+//!
+//! The server ends a stream when its read signature leaves the server's time window
+//! and on every keyring reload, after a `reauth` event. watch then signs a new read
+//! at once (no back-off) and resumes with `Last-Event-ID`, the id of the last event
+//! it saw, so the server sends what happened in between first.
 
 use super::outln;
 use crate::client::{now_unix, Client};
@@ -40,6 +45,10 @@ pub struct SseParser {
     after_cr: bool,
     name: Option<String>,
     data: Option<String>,
+    /// The `id:` field seen for the event being read.
+    id: Option<String>,
+    /// The id of the last dispatched event that had one (the WHATWG "last event ID").
+    last_id: Option<String>,
 }
 
 impl SseParser {
@@ -74,8 +83,16 @@ impl SseParser {
         Ok(events)
     }
 
+    /// The id to resume from (`Last-Event-ID`), once an event carried one.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
     fn line(&mut self, line: String, events: &mut Vec<Event>) {
         if line.is_empty() {
+            if let Some(id) = self.id.take() {
+                self.last_id = Some(id);
+            }
             if let Some(data) = self.data.take() {
                 events.push(Event {
                     name: self.name.take().unwrap_or_else(|| "message".into()),
@@ -94,6 +111,7 @@ impl SseParser {
         };
         match field {
             "event" => self.name = Some(value.to_owned()),
+            "id" if !value.contains('\0') && value.len() <= 256 => self.id = Some(value.to_owned()),
             "data" => match &mut self.data {
                 Some(d) => {
                     d.push('\n');
@@ -112,6 +130,17 @@ struct Watcher<'a> {
     server_id: Option<ServerId>,
     printed: BTreeSet<String>,
     json: bool,
+    /// The id of the last event seen, sent as `Last-Event-ID` on reconnecting.
+    last_event_id: Option<String>,
+}
+
+/// How a stream ended without an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The server asked for a fresh signature (`reauth`): reconnect at once.
+    Reauth(String),
+    /// The server closed it.
+    Closed,
 }
 
 impl Watcher<'_> {
@@ -193,10 +222,10 @@ impl Watcher<'_> {
         Ok(())
     }
 
-    /// One connection: returns Ok when the server closed the stream.
-    async fn session(&mut self, connected: &mut bool) -> Result<()> {
+    /// One connection: returns how the stream ended when the server closed it.
+    async fn session(&mut self, connected: &mut bool) -> Result<Ended> {
         self.server_id = Some(self.client.recheck_server_id().await?);
-        let resp = self.client.events().await?;
+        let resp = self.client.events(self.last_event_id.as_deref()).await?;
         *connected = true;
         eprintln!(
             "signer-cli: watching {} as {} (Ctrl-C to stop)",
@@ -206,9 +235,22 @@ impl Watcher<'_> {
         self.catch_up().await?;
         let mut parser = SseParser::default();
         let mut stream = resp.bytes_stream();
+        let mut reauth = None;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| network(format!("event stream broken: {e}")))?;
-            for ev in parser.push(&chunk)? {
+            let events = parser.push(&chunk)?;
+            if let Some(id) = parser.last_event_id() {
+                self.last_event_id = Some(id.to_owned());
+            }
+            for ev in events {
+                if ev.name == "reauth" {
+                    let why = approval_core::json::parse_exact(&ev.data)
+                        .ok()
+                        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+                        .unwrap_or_else(|| "the server asked for a new signature".to_owned());
+                    reauth = Some(crate::display::escape(&why));
+                    continue;
+                }
                 if ev.name == "lagged" {
                     // The server dropped events for us: read the pending list again.
                     self.catch_up().await?;
@@ -226,7 +268,7 @@ impl Watcher<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(reauth.map_or(Ended::Closed, Ended::Reauth))
     }
 }
 
@@ -243,12 +285,19 @@ pub async fn watch(settings: &Settings) -> Result<()> {
         server_id: None,
         printed: BTreeSet::new(),
         json: settings.json,
+        last_event_id: None,
     };
     let mut backoff = Duration::from_secs(1);
     loop {
         let mut connected = false;
         let why = match w.session(&mut connected).await {
-            Ok(()) => "the server closed the event stream".to_owned(),
+            Ok(Ended::Reauth(why)) => {
+                // Not a failure: sign again and resume where the stream ended.
+                eprintln!("signer-cli: {why}; signing again and resuming");
+                backoff = Duration::from_secs(1);
+                continue;
+            }
+            Ok(Ended::Closed) => "the server closed the event stream".to_owned(),
             Err(e) => {
                 let retry =
                     kind_of(&e) == ExitKind::Network || e.to_string().starts_with("LIMIT_EXCEEDED");

@@ -195,6 +195,11 @@ pub struct FakeState {
     pub event_streams: AtomicUsize,
     /// When set, the pending list is empty (proposals arrive only as events).
     pub list_empty: AtomicBool,
+    /// When set, each stream sends one proposal with an id, then ends with a
+    /// `reauth` event, as the real server does when a signature's window passes.
+    pub reauth: AtomicBool,
+    /// The `Last-Event-ID` of each `/v1/events` connection that verified.
+    pub last_event_ids: Mutex<Vec<Option<String>>>,
 }
 
 /// A fake approver API on 127.0.0.1:0, served by its own runtime.
@@ -216,6 +221,8 @@ impl Fake {
             unauthorized: AtomicUsize::new(0),
             event_streams: AtomicUsize::new(0),
             list_empty: AtomicBool::new(false),
+            reauth: AtomicBool::new(false),
+            last_event_ids: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/healthz", get(healthz))
@@ -276,8 +283,12 @@ fn authorized(st: &FakeState, headers: &HeaderMap, method: &Method, uri: &Origin
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let pq = uri.0.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let Ok(server_id) = approval_core::ServerId::parse(&st.server_id) else {
+        return false;
+    };
     let ok = verify_read(
         &keyring(),
+        &server_id,
         h,
         method.as_str(),
         pq,
@@ -404,8 +415,20 @@ async fn events(
     if !authorized(&st, &headers, &method, &uri) {
         return unauthorized();
     }
-    st.event_streams.fetch_add(1, Ordering::SeqCst);
+    let n = st.event_streams.fetch_add(1, Ordering::SeqCst) + 1;
     let v = st.view.lock().expect("lock").clone();
+    if st.reauth.load(Ordering::SeqCst) {
+        let last = headers
+            .get("last-event-id")
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned);
+        st.last_event_ids.lock().expect("lock").push(last);
+        let reauth = json!({"code": "UNAUTHORIZED", "reason": "signature_window",
+            "message": "this stream's read signature left the server's window"});
+        let body =
+            format!("id: ev-{n}\nevent: proposal\ndata: {v}\n\nevent: reauth\ndata: {reauth}\n\n");
+        return ([("content-type", "text/event-stream")], body).into_response();
+    }
     let body = format!(": keep-alive\n\nevent: proposal\ndata: {v}\n\n");
     ([("content-type", "text/event-stream")], body).into_response()
 }
