@@ -197,11 +197,21 @@ async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
 
 async fn healthz(State(st): State<ApiState>) -> Response {
     let server_id = st.svc.store().server_id();
+    // Kinds disabled because their policy names an approver the keyring lacks: the
+    // server still serves, but nothing of these kinds can be proposed.
+    let disabled: Vec<Value> = st
+        .svc
+        .config()
+        .policies
+        .disabled()
+        .map(|d| json!({"kind": d.kind(), "missing_approvers": d.missing(), "reason": d.reason()}))
+        .collect();
     match st.svc.store().failure() {
-        None => Json(json!({"status": "ok", "server_id": server_id})).into_response(),
+        None => Json(json!({"status": "ok", "server_id": server_id, "disabled_kinds": disabled}))
+            .into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "failed", "server_id": server_id, "why": why})),
+            Json(json!({"status": "failed", "server_id": server_id, "why": why, "disabled_kinds": disabled})),
         )
             .into_response(),
     }
@@ -211,6 +221,7 @@ async fn healthz(State(st): State<ApiState>) -> Response {
 struct ListQuery {
     status: Option<String>,
     limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 async fn list(
@@ -230,14 +241,28 @@ async fn list(
             ))
         })?),
     };
-    let recs = st
-        .svc
-        .list_for_approver(&who, status, q.limit.unwrap_or(100))?;
+    let cursor = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => Some(crate::store::Cursor::parse(c).ok_or_else(|| {
+            ApiError(ServiceError::new(
+                Code::BadRequest,
+                format!("cursor {c:?} is not one this server handed out: pass the next_cursor of the previous page unchanged, or omit it to start from the newest"),
+            ))
+        })?),
+    };
+    let (recs, next) = st.svc.list_for_approver(
+        &who,
+        status,
+        cursor.as_ref(),
+        q.limit.unwrap_or(crate::service::MAX_LIST),
+    )?;
     let views = recs
         .iter()
         .map(|r| view(&st.svc, r))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(json!({ "proposals": views })))
+    Ok(Json(
+        json!({ "proposals": views, "next_cursor": next.map(|c| c.to_string()) }),
+    ))
 }
 
 async fn show(

@@ -233,6 +233,16 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.list_agent(agent, limit)
     }
+    fn page(
+        &self,
+        index: &crate::store::ListIndex,
+        after: Option<&crate::store::Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
+    ) -> Result<crate::store::HeadPage, StoreError> {
+        self.refused()?;
+        self.inner.page(index, after, limit, keep)
+    }
     fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
         self.refused()?;
         self.inner.due(now, limit)
@@ -324,6 +334,15 @@ mod tests {
         }
         fn list_agent(&self, a: &AgentName, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
             self.inner.list_agent(a, l)
+        }
+        fn page(
+            &self,
+            index: &crate::store::ListIndex,
+            after: Option<&crate::store::Cursor>,
+            limit: usize,
+            keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
+        ) -> Result<crate::store::HeadPage, StoreError> {
+            self.inner.page(index, after, limit, keep)
         }
         fn due(&self, n: Timestamp, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
             self.inner.due(n, l)

@@ -50,6 +50,12 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
             .with_context(|| format!("cannot restrict {} to its owner", opts.data.display()))?;
     }
     let config = opts.source.load().context("configuration refused")?;
+    // A policy naming an approver the keyring lacks disables its kind rather than
+    // refusing to start, the same as on reload (see config.rs); say so loudly.
+    for why in config.disabled_reasons() {
+        tracing::error!("{why}");
+        eprintln!("warning: {why}");
+    }
     let sled: Arc<dyn Store> =
         Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
             format!(
@@ -219,7 +225,9 @@ fn spawn_background(svc: Arc<Service>) {
         while hup.recv().await.is_some() {
             match svc.reload().await {
                 Ok(voided) => tracing::info!(voided, "configuration reloaded"),
-                Err(e) => tracing::error!("reload refused, keeping the old configuration:\n{e}"),
+                Err(e) => {
+                    tracing::error!("reload refused (a readable keyring was still applied):\n{e}")
+                }
             }
         }
     });
