@@ -14,6 +14,12 @@
 //!   its share, then is refused (503, `LIMIT_EXCEEDED`, `Retry-After`). The share is
 //!   held until the response is ready, since the parsed request lives that long.
 //!
+//! The raw body is under the same budget: before a body is read, its declared
+//! length (or the body limit, when it declares none) is reserved
+//! ([`ParseBudget::reserve`]), and only once it is read is the rest of its cost added
+//! ([`ParseBudget::admit`]). So many connections sending large bodies at once wait
+//! for the budget instead of each holding 5 MiB in memory.
+//!
 //! Only `/mcp` (the agent's side) is under this budget. The approver API's bodies
 //! are small signed decisions under their own size limit, so an agent filling this
 //! budget cannot delay an approver's veto or revoke.
@@ -127,24 +133,49 @@ impl ParseBudget {
         }
     }
 
-    /// Admits a body: refuses it when it holds too many values, else waits for its
-    /// share of the budget (a share larger than the whole budget takes the whole
-    /// budget). Dropping the permit returns the share.
-    pub async fn admit(&self, body: &[u8]) -> Result<OwnedSemaphorePermit, Refusal> {
-        let values = value_count(body);
-        if values > MAX_REQUEST_VALUES {
-            return Err(Refusal::TooManyValues { values });
-        }
-        let units = cost(body.len(), values)
-            .div_ceil(UNIT)
-            .clamp(1, self.total_units);
-        let units = u32::try_from(units).map_err(|_| Refusal::TooManyValues { values })?;
+    fn units(&self, bytes: usize) -> u32 {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.total_units);
+        u32::try_from(units).unwrap_or(u32::MAX)
+    }
+
+    async fn acquire(&self, units: u32) -> Result<OwnedSemaphorePermit, Refusal> {
         match tokio::time::timeout(self.wait, self.permits.clone().acquire_many_owned(units)).await
         {
             Ok(Ok(permit)) => Ok(permit),
             // Timed out, or the semaphore was closed (never done).
             _ => Err(Refusal::Busy),
         }
+    }
+
+    /// Reserves the share of a body about to be read, `declared` bytes long, waiting
+    /// for it as [`ParseBudget::admit`] does.
+    pub async fn reserve(&self, declared: usize) -> Result<OwnedSemaphorePermit, Refusal> {
+        self.acquire(self.units(declared)).await
+    }
+
+    /// Admits a body that was read under `held` (from [`ParseBudget::reserve`]):
+    /// refuses it when it holds too many values, else waits for the rest of its share
+    /// (a share larger than the whole budget takes the whole budget). Dropping the
+    /// returned permit returns the whole share; a refusal returns it at once.
+    pub async fn admit(
+        &self,
+        body: &[u8],
+        mut held: OwnedSemaphorePermit,
+    ) -> Result<OwnedSemaphorePermit, Refusal> {
+        let values = value_count(body);
+        if values > MAX_REQUEST_VALUES {
+            return Err(Refusal::TooManyValues { values });
+        }
+        let need = self.units(cost(body.len(), values)) as usize;
+        let have = held.num_permits();
+        if need > have {
+            let more = u32::try_from(need - have).unwrap_or(u32::MAX);
+            held.merge(self.acquire(more).await?);
+        } else if have > need {
+            // The body was shorter than declared: give the difference back now.
+            drop(held.split(have - need));
+        }
+        Ok(held)
     }
 }
 
@@ -156,7 +187,7 @@ mod tests {
     fn value_count_is_an_upper_bound_that_ignores_strings() {
         assert_eq!(value_count(b"1"), 1);
         assert_eq!(value_count(b"[]"), 2);
-        assert_eq!(value_count(b"[{},{},{}]"), 6);
+        assert_eq!(value_count(b"[{},{},{}]"), 7);
         assert_eq!(value_count(br#"{"a":1,"b":[2,3]}"#), 7);
         assert_eq!(value_count(br#""[,{:\"]""#), 1);
         let n = 1000;
@@ -167,20 +198,29 @@ mod tests {
     #[tokio::test]
     async fn too_many_values_are_refused_and_a_full_budget_refuses_after_waiting() {
         let budget = ParseBudget::new(64 * 1024, Duration::from_millis(50));
+        let admit = |body: String| {
+            let budget = budget.clone();
+            async move {
+                let held = budget.reserve(body.len()).await?;
+                budget.admit(body.as_bytes(), held).await
+            }
+        };
         let many = format!("[{}]", vec!["0"; MAX_REQUEST_VALUES + 1].join(","));
         assert!(matches!(
-            budget.admit(many.as_bytes()).await,
+            admit(many).await,
             Err(Refusal::TooManyValues { .. })
         ));
         // Each body costs more than half the budget: the second waits, then is refused.
         let body = format!("[{}]", vec!["0"; 400].join(","));
-        let first = budget.admit(body.as_bytes()).await.unwrap();
-        assert_eq!(
-            budget.admit(body.as_bytes()).await.unwrap_err(),
-            Refusal::Busy
-        );
+        let first = admit(body.clone()).await.unwrap();
+        assert_eq!(admit(body.clone()).await.unwrap_err(), Refusal::Busy);
         drop(first);
-        assert!(budget.admit(body.as_bytes()).await.is_ok());
+        assert!(admit(body.clone()).await.is_ok());
         assert!(Refusal::Busy.message().starts_with("LIMIT_EXCEEDED"));
+        // A reservation for a declared length holds its share while the body is read.
+        let reserved = budget.reserve(64 * 1024).await.unwrap();
+        assert_eq!(admit(body.clone()).await.unwrap_err(), Refusal::Busy);
+        drop(reserved);
+        assert!(admit(body).await.is_ok());
     }
 }

@@ -214,6 +214,18 @@ async fn exact_json(
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
+    // The body's bytes count against the parse budget from before they are read.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(MAX_MCP_BODY)
+        .min(MAX_MCP_BODY);
+    let reserved = match budget.reserve(declared).await {
+        Ok(p) => p,
+        Err(refusal) => return budget_refusal(&refusal),
+    };
     let bytes: Bytes = match axum::body::to_bytes(body, MAX_MCP_BODY).await {
         Ok(b) => b,
         Err(_) => {
@@ -227,7 +239,7 @@ async fn exact_json(
             );
         }
     };
-    let _share = match budget.admit(&bytes).await {
+    let _share = match budget.admit(&bytes, reserved).await {
         Ok(p) => p,
         Err(refusal) => return budget_refusal(&refusal),
     };
