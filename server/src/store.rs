@@ -1191,6 +1191,48 @@ pub(crate) mod contract {
             vec![b.id().clone()]
         );
         assert_eq!(store.list_status(Status::Pending, 10).unwrap(), vec![]);
+        // Pages: an index walked newest first, strictly after the cursor, several
+        // status indexes merged, a filter that skips without ending the walk.
+        let heads = |p: &HeadPage| {
+            p.heads
+                .iter()
+                .map(|h| h.preview.proposal_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let all = ListIndex::Statuses(Status::ALL.to_vec());
+        let first = store.page(&all, None, 1, &mut |_| true).unwrap();
+        assert_eq!(heads(&first), vec![b.id().clone()]);
+        let next = first.next.clone().expect("a second page");
+        assert_eq!(Cursor::parse(&next.to_string()), Some(next.clone()));
+        let second = store.page(&all, Some(&next), 1, &mut |_| true).unwrap();
+        assert_eq!(heads(&second), vec![a.id().clone()]);
+        assert_eq!(second.next, None);
+        let approved_only = store
+            .page(&all, None, 10, &mut |h| {
+                h.lifecycle.status == Status::Approved
+            })
+            .unwrap();
+        assert_eq!(heads(&approved_only), vec![a.id().clone()]);
+        let agent1 = ListIndex::Agent(AgentName::parse("agent1").unwrap());
+        let mine = store.page(&agent1, None, 10, &mut |_| true).unwrap();
+        assert_eq!((heads(&mine), mine.next), (vec![a.id().clone()], None));
+        let withdrawn = ListIndex::Statuses(vec![Status::Withdrawn]);
+        let w = store.page(&withdrawn, None, 10, &mut |_| true).unwrap();
+        assert_eq!(heads(&w), vec![b.id().clone()]);
+        assert_eq!(
+            Cursor::parse("1800000000.p-a").map(|c| c.id),
+            Some(a.id().clone())
+        );
+        for bad in [
+            "",
+            "1800000000",
+            "x.p-a",
+            "-1.p-a",
+            "1800000000.",
+            "99999999999999.p-a",
+        ] {
+            assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+        }
         // Policies are kept once per hash; storing one twice changes nothing.
         let ph = Sha256Hex::digest(b"policy");
         assert_eq!(store.get_policy(&ph).unwrap(), None);
