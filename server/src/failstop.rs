@@ -243,7 +243,11 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.page(index, after, limit, keep)
     }
-    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+    fn due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<crate::store::RecordHead>, StoreError> {
         self.refused()?;
         self.inner.due(now, limit)
     }
@@ -344,7 +348,7 @@ mod tests {
         ) -> Result<crate::store::HeadPage, StoreError> {
             self.inner.page(index, after, limit, keep)
         }
-        fn due(&self, n: Timestamp, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+        fn due(&self, n: Timestamp, l: usize) -> Result<Vec<crate::store::RecordHead>, StoreError> {
             self.inner.due(n, l)
         }
         fn count_status(&self, s: Status) -> Result<usize, StoreError> {

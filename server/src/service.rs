@@ -933,8 +933,8 @@ impl Service {
         let mut n = 0;
         // The store's deadline index hands over only what is due; a backlog larger
         // than one batch is finished by the next ticks.
-        for rec in self.store.due(now, SWEEP_BATCH)? {
-            self.transition(rec.id(), |cur, now| {
+        for head in self.store.due(now, SWEEP_BATCH)? {
+            self.transition(&head.preview.proposal_id, |cur, now| {
                 let Ok(life) = cur.lifecycle.expire(now) else {
                     return Ok(None);
                 };

@@ -247,7 +247,8 @@ pub trait Store: Send + Sync + 'static {
     /// Up to `limit` records whose deadline ([`Lifecycle::deadline`]) has passed at
     /// `now`, earliest first: what the expiry sweep ends. Costs the number of
     /// records due, not the number alive.
-    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError>;
+    /// Heads only: a sweep of a thousand large records must not hold them all.
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError>;
     /// Number of records with this stored status.
     fn count_status(&self, status: Status) -> Result<usize, StoreError>;
     /// The whole audit chain in order, and the stored head.
@@ -851,7 +852,7 @@ impl Store for SledStore {
         }
     }
 
-    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
         let mut out = Vec::new();
         for item in self.tree.range(key::DUE.to_vec()..key::due_end(now)) {
             if out.len() >= limit {
@@ -863,9 +864,10 @@ impl Store for SledStore {
             };
             let rk = [key::RECORD, id].concat();
             if let Some(v) = self.tree.get(&rk)? {
-                let rec = decode_record(&rk, &v)?;
-                if rec.lifecycle.is_expired_at(now) {
-                    out.push(rec);
+                let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
+                check_schema(&rk, head.schema)?;
+                if head.lifecycle.is_expired_at(now) {
+                    out.push(head);
                 }
             }
         }
@@ -1158,8 +1160,11 @@ pub(crate) mod contract {
         ));
         // Deadlines: `due` hands over what has run out of time, earliest first, and
         // nothing that is not yet due or can no longer expire.
-        let ids =
-            |v: Vec<ProposalRecord>| v.into_iter().map(|r| r.id().clone()).collect::<Vec<_>>();
+        let ids = |v: Vec<RecordHead>| {
+            v.into_iter()
+                .map(|h| h.preview.proposal_id)
+                .collect::<Vec<_>>()
+        };
         let at = Timestamp::from_unix;
         assert_eq!(ids(store.due(at(1_800_000_069), 10).unwrap()), vec![]);
         assert_eq!(
@@ -1187,7 +1192,12 @@ pub(crate) mod contract {
         );
         assert_eq!(store.pending_count(None).unwrap(), 0);
         assert_eq!(
-            ids(store.list_status(Status::Withdrawn, 10).unwrap()),
+            store
+                .list_status(Status::Withdrawn, 10)
+                .unwrap()
+                .iter()
+                .map(|r| r.id().clone())
+                .collect::<Vec<_>>(),
             vec![b.id().clone()]
         );
         assert_eq!(store.list_status(Status::Pending, 10).unwrap(), vec![]);

@@ -896,8 +896,7 @@ impl Store for GatedStore {
         &self,
         now: approval_core::Timestamp,
         limit: usize,
-    ) -> Result<Vec<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
-    {
+    ) -> Result<Vec<approval_server::store::RecordHead>, approval_server::store::StoreError> {
         self.inner.due(now, limit)
     }
     fn list_agent(
