@@ -41,6 +41,10 @@ pub enum Code {
     UnknownProposal,
     /// No policy for that action kind: the service fails closed.
     UnknownKind,
+    /// The kind has a policy, but it names an approver whose key is not in the keyring
+    /// (removed, perhaps as compromised): nothing of this kind can be proposed until
+    /// the policy or the keyring is fixed. The service fails closed.
+    KindDisabled,
     /// The payload cannot be carried exactly, is too large, or breaks the policy's schema.
     InvalidPayload,
     /// A tool's arguments are missing, of the wrong type, or unknown.
@@ -80,6 +84,7 @@ impl Code {
             Code::OutcomeUnknown => "OUTCOME_UNKNOWN",
             Code::UnknownProposal => "UNKNOWN_PROPOSAL",
             Code::UnknownKind => "UNKNOWN_KIND",
+            Code::KindDisabled => "KIND_DISABLED",
             Code::InvalidPayload => "INVALID_PAYLOAD",
             Code::InvalidArguments => "INVALID_ARGUMENTS",
             Code::InvalidSignature => "INVALID_SIGNATURE",

@@ -36,7 +36,7 @@ pub use code::Code;
 pub use ids::{ApproverName, Kind, ProposalId, ServerId, Sha256Hex};
 pub use keyring::{Keyring, KeyringError, PublicKey};
 pub use message::{Decision, SignedDecision};
-pub use policy::{Policy, PolicyError, PolicySet};
+pub use policy::{DisabledKind, KindState, Policy, PolicyError, PolicySet};
 pub use preview::Preview;
 pub use quorum::{evaluate, QuorumOutcome, Tally};
 pub use receipt::{

@@ -178,25 +178,42 @@ impl fmt::Display for PolicyError {
 /// agents and approvers to be able to read it back.
 pub const MAX_PAYLOAD_NESTING: usize = 64;
 
+/// The children of an array or object, with their pointer tokens.
+type Children<'a> = Box<dyn Iterator<Item = (String, &'a Value)> + 'a>;
+
+fn children(v: &Value) -> Option<Children<'_>> {
+    match v {
+        Value::Array(a) => Some(Box::new(
+            a.iter().enumerate().map(|(i, x)| (i.to_string(), x)),
+        )),
+        Value::Object(m) => Some(Box::new(m.iter().map(|(k, x)| (k.clone(), x)))),
+        _ => None,
+    }
+}
+
 /// The first array or object nested deeper than `limit`, as a JSON pointer.
+///
+/// Iterative, so a hostile value cannot exhaust the stack here either, and its memory
+/// is bounded by the nesting (one iterator and one pointer per open level), never by
+/// the number of values: a wide array of a million members costs no more than a
+/// short one.
 fn too_deep(v: &Value, limit: usize) -> Option<String> {
-    // Iterative, so a hostile value cannot exhaust the stack here either.
-    let mut stack: Vec<(&Value, usize, String)> = vec![(v, 1, String::new())];
-    while let Some((v, depth, ptr)) = stack.pop() {
-        let children: Vec<(String, &Value)> = match v {
-            Value::Array(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, x)| (i.to_string(), x))
-                .collect(),
-            Value::Object(m) => m.iter().map(|(k, x)| (k.clone(), x)).collect(),
-            _ => continue,
+    let root = children(v)?;
+    if limit == 0 {
+        return Some(String::new());
+    }
+    let mut open: Vec<(String, Children<'_>)> = vec![(String::new(), root)];
+    while let Some((ptr, it)) = open.last_mut() {
+        let Some((token, child)) = it.next() else {
+            open.pop();
+            continue;
         };
-        if depth > limit {
-            return Some(ptr);
-        }
-        for (k, child) in children.into_iter().rev() {
-            stack.push((child, depth + 1, json::pointer_push(&ptr, &k)));
+        if let Some(grand) = children(child) {
+            let child_ptr = json::pointer_push(ptr, &token);
+            if open.len() + 1 > limit {
+                return Some(child_ptr);
+            }
+            open.push((child_ptr, grand));
         }
     }
     None
@@ -637,68 +654,259 @@ fn check_executor(e: &ExecutorConfig) -> Result<(), (&'static str, String, Strin
     Ok(())
 }
 
-/// Every policy in force, by kind.
+/// A kind whose policy names approvers the keyring does not hold: it cannot be
+/// prepared until its policy or the keyring is fixed.
+///
+/// Removing a compromised key must take effect at once, so a keyring that lacks one
+/// of a policy's approvers does not keep the old keyring in force (failing open, the
+/// removed key still approving); it disables that one kind instead (failing closed).
+/// The policy itself is kept private: a disabled kind has no [`Policy`] anyone can
+/// prepare or count under, so the state "disabled but preparable" cannot be built.
+#[derive(Debug, Clone)]
+pub struct DisabledKind {
+    policy: Arc<Policy>,
+    file: String,
+    line: Option<usize>,
+    missing: Vec<ApproverName>,
+}
+
+impl DisabledKind {
+    /// The kind.
+    pub fn kind(&self) -> &Kind {
+        self.policy.kind()
+    }
+
+    /// The policy file that names the missing approvers.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The approvers the policy names that are not in the keyring, in policy order.
+    pub fn missing(&self) -> &[ApproverName] {
+        &self.missing
+    }
+
+    /// Why the kind is disabled and how to enable it again, in one sentence.
+    pub fn reason(&self) -> String {
+        let names = self
+            .missing
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "kind {} is disabled: its policy names approver(s) {names} who are not in the keyring; \
+             remove them from approvers (and require groups) in {} or add their key back, then reload",
+            self.kind(),
+            self.file
+        )
+    }
+
+    /// The same as a policy error with the file and the `approvers` line, for a strict
+    /// check (`approval-server check`) that must fail while any kind is disabled.
+    pub fn to_error(&self) -> PolicyError {
+        let names = self
+            .missing
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        PolicyError {
+            file: self.file.clone(),
+            line: self.line,
+            message: format!(
+                "approver {names} is not in the keyring: add their line from `signer-cli keygen` or remove them (until then kind {} is disabled)",
+                self.kind()
+            ),
+        }
+    }
+}
+
+/// Where a policy was loaded from, kept so a later keyring can disable it by name.
+#[derive(Debug, Clone)]
+struct Source {
+    file: String,
+    approvers_line: Option<usize>,
+}
+
+/// Every policy in force, by kind, and the kinds disabled because their policy names
+/// an approver the keyring lacks ([`DisabledKind`]).
 #[derive(Debug, Clone, Default)]
 pub struct PolicySet {
     by_kind: BTreeMap<Kind, Arc<Policy>>,
+    disabled: BTreeMap<Kind, DisabledKind>,
+    sources: BTreeMap<Kind, Source>,
+}
+
+/// What a kind is under a [`PolicySet`].
+#[derive(Debug, Clone, Copy)]
+pub enum KindState<'a> {
+    /// Its policy is in force.
+    Enabled(&'a Arc<Policy>),
+    /// It has a policy, but the keyring lacks some of its approvers.
+    Disabled(&'a DisabledKind),
+    /// No policy names it.
+    Unknown,
 }
 
 impl PolicySet {
     /// Loads policies from `(file name, text)` pairs and checks them against the
     /// keyring. Every error is returned, so `approval-server check` can list them all.
+    /// Strict: a policy naming an approver the keyring lacks is an error here (see
+    /// [`PolicySet::load_disabling`] for what the server does instead).
     pub fn load(files: &[(String, String)], keyring: &Keyring) -> Result<Self, Vec<PolicyError>> {
-        let mut by_kind: BTreeMap<Kind, Arc<Policy>> = BTreeMap::new();
-        let mut first_file: BTreeMap<Kind, String> = BTreeMap::new();
+        let (set, errors) = Self::load_inner(files, keyring);
+        if errors.is_empty() {
+            Ok(set)
+        } else {
+            Err(errors.into_iter().map(|(e, _)| e).collect())
+        }
+    }
+
+    /// Loads what it can: a policy that does not parse or validate, or a second file
+    /// for one kind, is still an error (the whole load is refused, as with
+    /// [`PolicySet::load`]), but a policy whose approvers are not all in the keyring
+    /// loads as a [`DisabledKind`] instead of failing the load. This is what the server
+    /// runs at start and on reload, so that a key removed from the keyring stops
+    /// counting at once even while a policy still names it.
+    pub fn load_disabling(
+        files: &[(String, String)],
+        keyring: &Keyring,
+    ) -> Result<Self, Vec<PolicyError>> {
+        let (set, errors) = Self::load_inner(files, keyring);
+        let fatal: Vec<PolicyError> = errors
+            .into_iter()
+            .filter(|(_, fatal)| *fatal)
+            .map(|(e, _)| e)
+            .collect();
+        if fatal.is_empty() {
+            Ok(set)
+        } else {
+            Err(fatal)
+        }
+    }
+
+    /// The set, and every error in file order, each marked fatal (the file is refused)
+    /// or not (its kind is only disabled for lack of keys).
+    fn load_inner(
+        files: &[(String, String)],
+        keyring: &Keyring,
+    ) -> (Self, Vec<(PolicyError, bool)>) {
+        let mut all: BTreeMap<Kind, (Arc<Policy>, Source)> = BTreeMap::new();
         let mut errors = Vec::new();
         for (file, src) in files {
             let p = match Policy::parse_toml(file, src) {
                 Ok(p) => p,
                 Err(e) => {
-                    errors.push(e);
+                    errors.push((e, true));
                     continue;
                 }
             };
             if let Err(e) = p.check_keyring(keyring, file, Some(src)) {
-                errors.push(e);
+                errors.push((e, false));
+            }
+            if let Some((_, first)) = all.get(p.kind()) {
+                errors.push((
+                    PolicyError {
+                        file: file.clone(),
+                        line: line_of_key(src, "kind"),
+                        message: format!(
+                            "kind {:?} is already defined in {}: one file per kind",
+                            p.kind().as_str(),
+                            first.file
+                        ),
+                    },
+                    true,
+                ));
                 continue;
             }
-            if let Some(f) = first_file.get(p.kind()) {
-                errors.push(PolicyError {
-                    file: file.clone(),
-                    line: line_of_key(src, "kind"),
-                    message: format!(
-                        "kind {:?} is already defined in {f}: one file per kind",
-                        p.kind().as_str()
-                    ),
-                });
-                continue;
-            }
-            first_file.insert(p.kind().clone(), file.clone());
-            by_kind.insert(p.kind().clone(), Arc::new(p));
+            let source = Source {
+                file: file.clone(),
+                approvers_line: line_of_key(src, "approvers"),
+            };
+            all.insert(p.kind().clone(), (Arc::new(p), source));
         }
-        if errors.is_empty() {
-            Ok(Self { by_kind })
-        } else {
-            Err(errors)
-        }
+        (Self::partition(all, keyring), errors)
     }
 
-    /// The policy for a kind.
+    /// Splits policies into enabled and disabled under `keyring`.
+    fn partition(all: BTreeMap<Kind, (Arc<Policy>, Source)>, keyring: &Keyring) -> Self {
+        let mut set = Self::default();
+        for (kind, (policy, source)) in all {
+            let missing: Vec<ApproverName> = policy
+                .spec()
+                .approvers
+                .iter()
+                .filter(|a| !keyring.contains(a))
+                .cloned()
+                .collect();
+            if missing.is_empty() {
+                set.by_kind.insert(kind.clone(), policy);
+            } else {
+                set.disabled.insert(
+                    kind.clone(),
+                    DisabledKind {
+                        policy,
+                        file: source.file.clone(),
+                        line: source.approvers_line,
+                        missing,
+                    },
+                );
+            }
+            set.sources.insert(kind, source);
+        }
+        set
+    }
+
+    /// The same policies checked against another keyring: kinds whose approvers are
+    /// now missing become disabled, disabled kinds whose approvers are all back become
+    /// enabled. For a reload whose keyring is readable but whose policies are not: the
+    /// new keyring still takes effect, over the policies already in force.
+    pub fn rechecked(&self, keyring: &Keyring) -> Self {
+        let mut all = BTreeMap::new();
+        for (kind, p) in &self.by_kind {
+            if let Some(src) = self.sources.get(kind) {
+                all.insert(kind.clone(), (p.clone(), src.clone()));
+            }
+        }
+        for (kind, d) in &self.disabled {
+            if let Some(src) = self.sources.get(kind) {
+                all.insert(kind.clone(), (d.policy.clone(), src.clone()));
+            }
+        }
+        Self::partition(all, keyring)
+    }
+
+    /// The policy for a kind, if it is enabled. A disabled kind has none.
     pub fn get(&self, kind: &Kind) -> Option<&Arc<Policy>> {
         self.by_kind.get(kind)
     }
 
-    /// All policies, sorted by kind.
+    /// Whether a kind is enabled, disabled (and why) or unknown.
+    pub fn state(&self, kind: &Kind) -> KindState<'_> {
+        match (self.by_kind.get(kind), self.disabled.get(kind)) {
+            (Some(p), _) => KindState::Enabled(p),
+            (None, Some(d)) => KindState::Disabled(d),
+            (None, None) => KindState::Unknown,
+        }
+    }
+
+    /// All enabled policies, sorted by kind.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Policy>> {
         self.by_kind.values()
     }
 
-    /// Number of kinds.
+    /// The disabled kinds, sorted by kind.
+    pub fn disabled(&self) -> impl Iterator<Item = &DisabledKind> {
+        self.disabled.values()
+    }
+
+    /// Number of enabled kinds.
     pub fn len(&self) -> usize {
         self.by_kind.len()
     }
 
-    /// Whether there are none.
+    /// Whether no kind is enabled.
     pub fn is_empty(&self) -> bool {
         self.by_kind.is_empty()
     }
@@ -844,6 +1052,63 @@ type = "note"
         let set = PolicySet::load(&[("email.send.toml".into(), GOOD.into())], &keyring()).unwrap();
         assert!(set.get(&Kind::parse("email.send").unwrap()).is_some());
         assert!(set.get(&Kind::parse("email.sned").unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_missing_approver_disables_only_that_kind() {
+        let two = Keyring::parse(
+            &keyring()
+                .iter()
+                .take(2)
+                .map(|(n, k)| Keyring::line(n, k) + "\n")
+                .collect::<String>(),
+        )
+        .unwrap();
+        let other = GOOD
+            .replace("email.send", "note.write")
+            .replace("\"alice\", \"bob\", \"carol\"", "\"alice\", \"bob\"")
+            .replace("[[require]]\ngroup = [\"carol\"]\ncount = 1\n", "");
+        let files = [
+            ("email.send.toml".to_owned(), GOOD.to_owned()),
+            ("note.write.toml".to_owned(), other),
+        ];
+        let set = PolicySet::load_disabling(&files, &two).unwrap();
+        let email = Kind::parse("email.send").unwrap();
+        let note = Kind::parse("note.write").unwrap();
+        assert!(
+            set.get(&email).is_none(),
+            "a disabled kind has no policy to prepare under"
+        );
+        assert!(matches!(set.state(&note), KindState::Enabled(_)));
+        let KindState::Disabled(d) = set.state(&email) else {
+            panic!("email.send should be disabled");
+        };
+        assert_eq!(d.missing(), [ApproverName::parse("carol").unwrap()]);
+        assert!(
+            d.reason().contains("kind email.send is disabled"),
+            "{}",
+            d.reason()
+        );
+        assert!(d.reason().contains("\"carol\""), "{}", d.reason());
+        assert_eq!(set.disabled().count(), 1);
+        assert_eq!(set.len(), 1);
+        // The strict load still refuses, naming the file, the line and the approver.
+        let errs = PolicySet::load(&files, &two).unwrap_err();
+        assert_eq!(
+            (errs[0].file.as_str(), errs[0].line),
+            ("email.send.toml", Some(4))
+        );
+        // Parse errors still refuse the whole load.
+        assert!(PolicySet::load_disabling(&[("x.toml".into(), "kind = ".into())], &two).is_err());
+        // The key coming back re-enables the kind; going again disables it.
+        let back = set.rechecked(&keyring());
+        assert!(back.get(&email).is_some() && back.disabled().count() == 0);
+        let again = back.rechecked(&two);
+        assert!(again.get(&email).is_none());
+        assert_eq!(
+            again.disabled().next().map(|d| d.file()),
+            Some("email.send.toml")
+        );
     }
 
     #[test]

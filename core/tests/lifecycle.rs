@@ -320,6 +320,7 @@ fn codes_have_stable_wire_spellings() {
         (Code::OutcomeUnknown, "OUTCOME_UNKNOWN"),
         (Code::UnknownProposal, "UNKNOWN_PROPOSAL"),
         (Code::UnknownKind, "UNKNOWN_KIND"),
+        (Code::KindDisabled, "KIND_DISABLED"),
         (Code::InvalidPayload, "INVALID_PAYLOAD"),
         (Code::InvalidSignature, "INVALID_SIGNATURE"),
         (Code::BadRequest, "BAD_REQUEST"),

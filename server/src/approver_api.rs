@@ -281,13 +281,26 @@ async fn healthz(State(st): State<ApiState>) -> Response {
     // The key that signs execution attestations (`signer-cli verify --server-key`),
     // standard base64 of its 32 bytes like a keyring line; signer-cli pins it.
     let server_key = st.svc.identity().public_key();
+    // Kinds disabled because their policy names an approver the keyring lacks: the
+    // server still serves, but nothing of these kinds can be proposed.
+    let disabled: Vec<Value> = st
+        .svc
+        .config()
+        .policies
+        .disabled()
+        .map(|d| json!({"kind": d.kind(), "missing_approvers": d.missing(), "reason": d.reason()}))
+        .collect();
     match st.svc.store().failure() {
-        None => Json(json!({"status": "ok", "server_id": server_id, "server_key": server_key}))
-            .into_response(),
+        None => Json(
+            json!({"status": "ok", "server_id": server_id, "server_key": server_key,
+                            "disabled_kinds": disabled}),
+        )
+        .into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(
-                json!({"status": "failed", "server_id": server_id, "server_key": server_key, "why": why}),
+                json!({"status": "failed", "server_id": server_id, "server_key": server_key,
+                        "why": why, "disabled_kinds": disabled}),
             ),
         )
             .into_response(),
@@ -298,6 +311,7 @@ async fn healthz(State(st): State<ApiState>) -> Response {
 struct ListQuery {
     status: Option<String>,
     limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 async fn list(
@@ -317,14 +331,28 @@ async fn list(
             ))
         })?),
     };
-    let recs = st
-        .svc
-        .list_for_approver(&who, status, q.limit.unwrap_or(100))?;
+    let cursor = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => Some(crate::store::Cursor::parse(c).ok_or_else(|| {
+            ApiError(ServiceError::new(
+                Code::BadRequest,
+                format!("cursor {c:?} is not one this server handed out: pass the next_cursor of the previous page unchanged, or omit it to start from the newest"),
+            ))
+        })?),
+    };
+    let (recs, next) = st.svc.list_for_approver(
+        &who,
+        status,
+        cursor.as_ref(),
+        q.limit.unwrap_or(crate::service::MAX_LIST),
+    )?;
     let views = recs
         .iter()
         .map(|r| view(&st.svc, r))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(json!({ "proposals": views })))
+    Ok(Json(
+        json!({ "proposals": views, "next_cursor": next.map(|c| c.to_string()) }),
+    ))
 }
 
 async fn show(

@@ -2,7 +2,14 @@
 //!
 //! The configuration in force is one immutable snapshot ([`Config`]) swapped as a
 //! whole on reload, so a request sees either the old rules or the new ones, never a
-//! mix. A broken file on reload keeps the old snapshot (the caller logs why).
+//! mix. A broken file on reload keeps the old snapshot (the caller logs why), with
+//! one exception that fails closed: a readable keyring always takes effect, over the
+//! policies in force, so a removed key stops counting even when another file is broken.
+//!
+//! A policy that names an approver the keyring lacks does not refuse the snapshot:
+//! its kind is disabled (see [`approval_core::DisabledKind`]), loudly, until the
+//! policy or the keyring is fixed. Refusing the snapshot instead would keep the old
+//! keyring, and so a removed (compromised) key, in force.
 
 use crate::agents::Agents;
 use approval_core::policy::PolicyError;
@@ -120,7 +127,8 @@ impl ConfigSource {
         if files.is_empty() {
             return Err(ConfigError::NoPolicies(self.policies.display().to_string()));
         }
-        let policies = PolicySet::load(&files, &keyring).map_err(ConfigError::Policies)?;
+        let policies =
+            PolicySet::load_disabling(&files, &keyring).map_err(ConfigError::Policies)?;
         let agents = match &self.agents {
             Some(p) => {
                 Some(
@@ -138,6 +146,33 @@ impl ConfigSource {
             keyring,
             agents,
         })
+    }
+
+    /// Only the keyring, for a reload whose other files are refused: see
+    /// [`Config::with_keyring`].
+    pub fn load_keyring(&self) -> Result<Keyring, ConfigError> {
+        let keys_text = read(&self.keys)?;
+        approval_core::Keyring::parse(&keys_text).map_err(|err| ConfigError::Keyring {
+            path: self.keys.display().to_string(),
+            err,
+        })
+    }
+}
+
+impl Config {
+    /// This snapshot with another keyring: the same policies re-checked against it (a
+    /// kind whose approver is gone is disabled) and the same agents.
+    pub fn with_keyring(&self, keyring: Keyring) -> Config {
+        Config {
+            policies: self.policies.rechecked(&keyring),
+            keyring,
+            agents: self.agents.clone(),
+        }
+    }
+
+    /// One line per disabled kind, for logs and `check`.
+    pub fn disabled_reasons(&self) -> Vec<String> {
+        self.policies.disabled().map(|d| d.reason()).collect()
     }
 }
 

@@ -242,7 +242,21 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.list_agent(agent, limit)
     }
-    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+    fn page(
+        &self,
+        index: &crate::store::ListIndex,
+        after: Option<&crate::store::Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
+    ) -> Result<crate::store::HeadPage, StoreError> {
+        self.refused()?;
+        self.inner.page(index, after, limit, keep)
+    }
+    fn due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<crate::store::RecordHead>, StoreError> {
         self.refused()?;
         self.inner.due(now, limit)
     }
@@ -343,7 +357,16 @@ mod tests {
         fn list_agent(&self, a: &AgentName, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
             self.inner.list_agent(a, l)
         }
-        fn due(&self, n: Timestamp, l: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+        fn page(
+            &self,
+            index: &crate::store::ListIndex,
+            after: Option<&crate::store::Cursor>,
+            limit: usize,
+            keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
+        ) -> Result<crate::store::HeadPage, StoreError> {
+            self.inner.page(index, after, limit, keep)
+        }
+        fn due(&self, n: Timestamp, l: usize) -> Result<Vec<crate::store::RecordHead>, StoreError> {
             self.inner.due(n, l)
         }
         fn count_status(&self, s: Status) -> Result<usize, StoreError> {

@@ -97,7 +97,10 @@ pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
     let state = McpState { svc };
     Router::new()
         .route("/mcp", axum::routing::any(mcp))
-        .layer(middleware::from_fn(exact_json))
+        .layer(middleware::from_fn_with_state(
+            crate::body_budget::ParseBudget::default(),
+            exact_json,
+        ))
         .layer(middleware::from_fn_with_state(state, authenticate))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             BODY_READ_TIMEOUT,
@@ -174,12 +177,55 @@ async fn authenticate(State(st): State<McpState>, mut req: Request, next: Next) 
     next.run(req).await
 }
 
-/// Reads the raw body exactly before rmcp does (see the module comment).
-async fn exact_json(req: Request, next: Next) -> Response {
+/// A JSON-RPC error for a body refused by the parse budget, with the stable code in
+/// `error.data.code` (and at the start of the message).
+fn budget_refusal(refusal: &crate::body_budget::Refusal) -> Response {
+    use crate::body_budget::Refusal;
+    let status = match refusal {
+        Refusal::TooManyValues { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        Refusal::Busy => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let body = json!({"jsonrpc": "2.0", "id": Value::Null, "error": {
+        "code": -32600,
+        "message": refusal.message(),
+        "data": {"code": approval_core::Code::LimitExceeded},
+    }});
+    let mut r = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response();
+    if matches!(refusal, Refusal::Busy) {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    }
+    r
+}
+
+/// Reads the raw body exactly before rmcp does (see the module comment), under the
+/// parse budget (see `body_budget`): the share is held until the response is ready.
+async fn exact_json(
+    State(budget): State<crate::body_budget::ParseBudget>,
+    req: Request,
+    next: Next,
+) -> Response {
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
+    // The body's bytes count against the parse budget from before they are read.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(MAX_MCP_BODY)
+        .min(MAX_MCP_BODY);
+    let reserved = match budget.reserve(declared).await {
+        Ok(p) => p,
+        Err(refusal) => return budget_refusal(&refusal),
+    };
     let bytes: Bytes = match axum::body::to_bytes(body, MAX_MCP_BODY).await {
         Ok(b) => b,
         Err(_) => {
@@ -192,6 +238,10 @@ async fn exact_json(req: Request, next: Next) -> Response {
                 ),
             );
         }
+    };
+    let _share = match budget.admit(&bytes, reserved).await {
+        Ok(p) => p,
+        Err(refusal) => return budget_refusal(&refusal),
     };
     let modern = parts
         .headers

@@ -9,6 +9,7 @@ pub mod agents;
 pub mod approver_api;
 pub mod audit;
 pub mod audit_remote;
+pub mod body_budget;
 pub mod bridge;
 pub mod clock;
 pub mod config;

@@ -91,7 +91,8 @@ enum Command {
         #[arg(long, env = "APPROVAL_AGENT_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
-    /// Validate policies and keyring; exits non-zero with file:line on any error.
+    /// Validate policies and keyring; exits non-zero with file:line on any error, and
+    /// while any kind is disabled by an approver missing from the keyring.
     Check {
         #[command(flatten)]
         rules: Rules,
@@ -268,6 +269,27 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                             )
                         })
                         .collect();
+                    let disabled: Vec<_> = c.policies.disabled().collect();
+                    if !disabled.is_empty() {
+                        // The server would start with these kinds disabled; CI and
+                        // operators must notice, so this is a failure.
+                        for d in &disabled {
+                            eprintln!("{}", d.to_error());
+                            eprintln!("disabled: {}", d.reason());
+                        }
+                        eprintln!(
+                            "{} kind(s) disabled: {}; {} enabled: {}",
+                            disabled.len(),
+                            disabled
+                                .iter()
+                                .map(|d| d.kind().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            kinds.len(),
+                            kinds.join(", ")
+                        );
+                        return Ok(ExitCode::FAILURE);
+                    }
                     println!(
                         "ok: {} approver(s) in {}; {} polic(ies) in {}: {}",
                         c.keyring.len(),

@@ -12,7 +12,8 @@
 //! extensions, which rmcp hands to us with the request parts.
 
 use crate::record::ProposalRecord;
-use crate::service::{Service, ServiceError};
+use crate::service::{Service, ServiceError, MAX_LIST};
+use crate::store::Cursor;
 use approval_core::ids::AgentName;
 use approval_core::quorum::{GroupShortfall, QuorumOutcome};
 use approval_core::status::Status;
@@ -84,6 +85,12 @@ pub struct ListArgs {
     /// Only proposals in this status (e.g. PENDING, APPROVED, SUCCEEDED).
     #[serde(default)]
     pub status: Option<String>,
+    /// Continue a listing: the next_cursor of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Page size, 1 to 100 (default 100).
+    #[serde(default)]
+    pub limit: Option<u64>,
 }
 
 /// Arguments of `approval_withdraw`.
@@ -201,9 +208,12 @@ pub struct ToolOutput {
     /// The execution result, once run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultOut>,
-    /// Listing.
+    /// Listing: one page, newest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proposals: Option<Vec<ListItem>>,
+    /// Listing: pass this as cursor to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
@@ -258,7 +268,8 @@ pub fn tools(kinds: &[(String, String)]) -> Vec<Tool> {
         .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false)),
         Tool::new(
             "approval_list",
-            "List your proposals, newest first, optionally only those in one status (PENDING, APPROVED, SUCCEEDED, ...).",
+            "List your proposals, newest first, optionally only those in one status (PENDING, APPROVED, SUCCEEDED, ...). \
+             Answers one page (limit, at most and by default 100); when next_cursor is present, pass it as cursor for the next page.",
             schema_of::<ListArgs>(),
         )
         .with_raw_output_schema(out.clone())
@@ -401,6 +412,7 @@ impl McpHandler {
                 finished_at: r.finished_at.to_string(),
             }),
             proposals: None,
+            next_cursor: None,
         })
     }
 
@@ -477,17 +489,39 @@ impl McpHandler {
                         }
                     },
                 };
+                let cursor = match a.cursor.as_deref() {
+                    None | Some("") => None,
+                    Some(c) => match Cursor::parse(c) {
+                        Some(c) => Some(c),
+                        None => {
+                            return Ok(Err(ServiceError::new(
+                                Code::InvalidArguments,
+                                format!(
+                                    "cursor {c:?} is not one this server handed out: pass the next_cursor of the previous approval_list page unchanged, or omit it to start from the newest"
+                                ),
+                            )))
+                        }
+                    },
+                };
+                let limit = a.limit.unwrap_or(MAX_LIST as u64).clamp(1, MAX_LIST as u64) as usize;
                 let now = self.svc.now();
                 self.svc
-                    .list_for_agent(agent, status, 100)
-                    .map(|recs| ToolOutput {
+                    .list_for_agent(agent, status, cursor.as_ref(), limit)
+                    .map(|page| ToolOutput {
                         code: "OK".into(),
-                        message: format!("{} proposal(s)", recs.len()),
+                        message: match &page.next {
+                            Some(_) => format!(
+                                "{} proposal(s); more remain: call approval_list again with cursor = next_cursor",
+                                page.heads.len()
+                            ),
+                            None => format!("{} proposal(s)", page.heads.len()),
+                        },
                         retry_allowed: true,
                         proposals: Some(
-                            recs.iter()
+                            page.heads
+                                .iter()
                                 .map(|r| ListItem {
-                                    proposal_id: r.id().to_string(),
+                                    proposal_id: r.preview.proposal_id.to_string(),
                                     kind: r.preview.kind.to_string(),
                                     status: r.lifecycle.at(now).status.to_string(),
                                     summary: r.preview.summary.clone(),
@@ -497,6 +531,7 @@ impl McpHandler {
                                 })
                                 .collect(),
                         ),
+                        next_cursor: page.next.map(|c| c.to_string()),
                         ..Default::default()
                     })
             }

@@ -54,6 +54,12 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
         .source
         .load()
         .map_err(|e| anyhow::anyhow!("configuration refused: {}", opts.source.explain(&e)))?;
+    // A policy naming an approver the keyring lacks disables its kind rather than
+    // refusing to start, the same as on reload (see config.rs); say so loudly.
+    for why in config.disabled_reasons() {
+        tracing::error!("{why}");
+        eprintln!("warning: {why}");
+    }
     let sled: Arc<dyn Store> =
         Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
             format!(
@@ -304,7 +310,9 @@ fn spawn_background(svc: Arc<Service>) {
                     "configuration reloaded; {}",
                     ended_message(&policy_changed(&svc, &open))
                 ),
-                Err(e) => tracing::error!("reload refused, keeping the old configuration:\n{e}"),
+                Err(e) => {
+                    tracing::error!("reload refused (a readable keyring was still applied):\n{e}")
+                }
             }
         }
     });

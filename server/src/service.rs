@@ -14,14 +14,18 @@ use crate::config::{Config, ConfigError, ConfigSource};
 use crate::executor::{self, ExecContext};
 use crate::identity::ServerIdentity;
 use crate::record::{ExecResult, ProposalRecord, StoredDecision, SCHEMA_VERSION};
-use crate::store::{Cas, GroupCommit, PendingLimits, Store, StoreError};
+use crate::store::{
+    Cas, Cursor, GroupCommit, HeadPage, ListIndex, PendingLimits, Store, StoreError,
+};
 use approval_core::ids::AgentName;
 use approval_core::message::{Decision, SignedDecision};
 use approval_core::policy::{PayloadRefusal, Policy};
 use approval_core::quorum::{evaluate_with, QuorumOutcome, Tally};
 use approval_core::receipt::Receipt;
 use approval_core::status::{Lifecycle, Outcome, Status};
-use approval_core::{ApproverName, Code, Kind, Preview, ProposalId, Sha256Hex, Timestamp};
+use approval_core::{
+    ApproverName, Code, Kind, KindState, Preview, ProposalId, Sha256Hex, Timestamp,
+};
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -31,8 +35,12 @@ use tokio::sync::broadcast;
 pub const MAX_WAIT_SECONDS: u64 = 30;
 /// The longest summary accepted, in characters.
 pub const MAX_SUMMARY_CHARS: usize = 500;
-/// The most records a listing returns.
-pub const MAX_LIST: usize = 1000;
+/// The most records one page of a listing returns, and the default page size, for
+/// MCP `approval_list` and `GET /v1/proposals` alike.
+pub const MAX_LIST: usize = 100;
+
+/// Records decoded per batch when start-up or a reload re-checks open proposals.
+const VOID_BATCH: usize = 500;
 
 /// Most proposals one expiry sweep ends (a sweep runs every few seconds).
 const SWEEP_BATCH: usize = 1000;
@@ -320,8 +328,17 @@ impl Service {
     /// The policy a record was made under: the one in force when it still matches
     /// (no re-parsing on the hot path), else the store's copy, parsed once and kept.
     pub fn policy_of(&self, rec: &ProposalRecord) -> Result<Arc<Policy>, ServiceError> {
-        let hash = rec.preview.policy_sha256;
-        if let Some(p) = self.config().policies.get(&rec.preview.kind) {
+        self.policy_by(&rec.preview.kind, rec.preview.policy_sha256, rec.id())
+    }
+
+    /// [`Service::policy_of`] by kind and policy hash (for a record's head).
+    fn policy_by(
+        &self,
+        kind: &Kind,
+        hash: Sha256Hex,
+        id: &ProposalId,
+    ) -> Result<Arc<Policy>, ServiceError> {
+        if let Some(p) = self.config().policies.get(kind) {
             if p.sha256() == hash {
                 return Ok(p.clone());
             }
@@ -337,10 +354,7 @@ impl Service {
         let json = self.store.get_policy(&hash)?.ok_or_else(|| {
             ServiceError::new(
                 Code::Internal,
-                format!(
-                    "policy {hash} of proposal {} is missing from the store",
-                    rec.id()
-                ),
+                format!("policy {hash} of proposal {id} is missing from the store"),
             )
         })?;
         let policy = Policy::from_canonical_json(&json)
@@ -468,15 +482,28 @@ impl Service {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let policy = Kind::parse(kind)
-            .ok()
-            .and_then(|k| config.policies.get(&k).cloned())
-            .ok_or_else(|| {
-                ServiceError::new(
-                    Code::UnknownKind,
-                    format!("no policy for kind {kind:?}: use one of: {}", kinds()),
-                )
-            })?;
+        let unknown = || {
+            ServiceError::new(
+                Code::UnknownKind,
+                format!("no policy for kind {kind:?}: use one of: {}", kinds()),
+            )
+        };
+        let policy = match Kind::parse(kind).ok() {
+            None => return Err(unknown()),
+            Some(k) => match config.policies.state(&k) {
+                KindState::Enabled(p) => p.clone(),
+                KindState::Disabled(d) => {
+                    return Err(ServiceError::new(
+                        Code::KindDisabled,
+                        format!(
+                            "{}. Nothing of this kind can be proposed until an operator fixes it: tell your human; do not retry",
+                            d.reason()
+                        ),
+                    ))
+                }
+                KindState::Unknown => return Err(unknown()),
+            },
+        };
         policy.check_payload(&payload).map_err(|e| {
             let hint = match &e {
                 PayloadRefusal::Schema { .. } => format!(
@@ -584,27 +611,23 @@ impl Service {
         self.get_for_agent(agent, id)
     }
 
-    /// `approval_list`: the caller's proposals, newest first.
+    /// `approval_list`: one page of the caller's proposals, newest first, after
+    /// `cursor`. Reads the agent's index and decodes only each record's head (never a
+    /// payload), so its cost is bounded by the page, not by the store.
     pub fn list_for_agent(
         &self,
         agent: &AgentName,
         status: Option<Status>,
+        cursor: Option<&Cursor>,
         limit: usize,
-    ) -> Result<Vec<ProposalRecord>, ServiceError> {
+    ) -> Result<HeadPage, ServiceError> {
         let now = self.now();
-        let all = self.store.list_agent(
-            agent,
-            if status.is_some() {
-                MAX_LIST * 10
-            } else {
-                limit.min(MAX_LIST)
-            },
-        )?;
-        Ok(all
-            .into_iter()
-            .filter(|r| status.is_none_or(|s| r.lifecycle.at(now).status == s))
-            .take(limit.min(MAX_LIST))
-            .collect())
+        Ok(self.store.page(
+            &ListIndex::Agent(agent.clone()),
+            cursor,
+            limit.clamp(1, MAX_LIST),
+            &mut |h| status.is_none_or(|s| h.lifecycle.at(now).status == s),
+        )?)
     }
 
     /// `approval_withdraw`: PENDING only.
@@ -784,44 +807,46 @@ impl Service {
         }
     }
 
-    /// Proposals an approver may decide on, by status (stored status; expiry is applied to the view).
+    /// One page of the proposals an approver may decide on, newest first, after
+    /// `cursor`, by status (expiry applied). Walks the status indexes decoding heads
+    /// only, and reads in full just the records of the page it returns.
     pub fn list_for_approver(
         &self,
         approver: &ApproverName,
         status: Option<Status>,
+        cursor: Option<&Cursor>,
         limit: usize,
-    ) -> Result<Vec<ProposalRecord>, ServiceError> {
-        let limit = limit.min(MAX_LIST);
+    ) -> Result<(Vec<ProposalRecord>, Option<Cursor>), ServiceError> {
         let now = self.now();
-        let recs = match status {
-            Some(s) => {
-                // An effectively expired record is still stored as PENDING/APPROVED until swept.
-                let stored = match s {
-                    Status::Expired => vec![Status::Expired, Status::Pending, Status::Approved],
-                    s => vec![s],
-                };
-                let mut out = Vec::new();
-                for st in stored {
-                    out.extend(self.store.list_status(st, MAX_LIST * 10)?);
-                }
-                out.retain(|r| r.lifecycle.at(now).status == s);
-                out.sort_by_key(|r| std::cmp::Reverse(r.preview.created_at));
-                out
-            }
-            None => {
-                let mut out = Vec::new();
-                for st in Status::ALL {
-                    out.extend(self.store.list_status(st, limit)?);
-                }
-                out.sort_by_key(|r| std::cmp::Reverse(r.preview.created_at));
-                out
-            }
+        // An effectively expired record is still stored as PENDING/APPROVED until swept.
+        let stored = match status {
+            Some(Status::Expired) => vec![Status::Expired, Status::Pending, Status::Approved],
+            Some(s) => vec![s],
+            None => Status::ALL.to_vec(),
         };
-        Ok(recs
-            .into_iter()
-            .filter(|r| self.visible(approver, r))
-            .take(limit)
-            .collect())
+        let page = self.store.page(
+            &ListIndex::Statuses(stored),
+            cursor,
+            limit.clamp(1, MAX_LIST),
+            &mut |h| {
+                status.is_none_or(|s| h.lifecycle.at(now).status == s)
+                    && self
+                        .policy_by(
+                            &h.preview.kind,
+                            h.preview.policy_sha256,
+                            &h.preview.proposal_id,
+                        )
+                        .is_ok_and(|p| p.is_approver(approver))
+            },
+        )?;
+        let mut out = Vec::with_capacity(page.heads.len());
+        for h in &page.heads {
+            // Gone since the walk (not possible today: records are never deleted).
+            if let Some(rec) = self.store.get(&h.preview.proposal_id)? {
+                out.push(rec);
+            }
+        }
+        Ok((out, page.next))
     }
 
     /// Records a signed decision (idempotently) and applies what it causes. A failed
@@ -1012,8 +1037,8 @@ impl Service {
         let mut n = 0;
         // The store's deadline index hands over only what is due; a backlog larger
         // than one batch is finished by the next ticks.
-        for rec in self.store.due(now, SWEEP_BATCH)? {
-            self.transition(rec.id(), |cur, now| {
+        for head in self.store.due(now, SWEEP_BATCH)? {
+            self.transition(&head.preview.proposal_id, |cur, now| {
                 let Ok(life) = cur.lifecycle.expire(now) else {
                     return Ok(None);
                 };
@@ -1072,8 +1097,10 @@ impl Service {
     }
 
     /// Ends a PENDING or APPROVED proposal as POLICY_CHANGED when its rules no longer hold.
-    async fn void_one(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
+    /// Returns whether it did.
+    async fn void_one(&self, id: &ProposalId) -> Result<bool, ServiceError> {
         let config = self.config();
+        let voided = std::sync::atomic::AtomicBool::new(false);
         self.transition(id, |cur, now| {
             if self.rules_hold(&config, cur)? {
                 return Ok(None);
@@ -1082,52 +1109,101 @@ impl Service {
                 return Ok(None);
             };
             let next = cur.with_lifecycle(life, now);
+            voided.store(true, std::sync::atomic::Ordering::SeqCst);
+            let why = match config.policies.state(&cur.preview.kind) {
+                KindState::Disabled(d) => d.reason(),
+                _ => "the kind's policy, or the keys its approvals were made with, changed".into(),
+            };
             let detail = json!({
                 "old_policy_sha256": cur.preview.policy_sha256,
-                "why": "the kind's policy, or the keys its approvals were made with, changed",
+                "why": why,
             });
             Ok(Some((
                 next.clone(),
                 vec![Self::event(AuditKind::PolicyChanged, &next, now, detail)],
             )))
         })
-        .await
+        .await?;
+        Ok(voided.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Ends, as POLICY_CHANGED, every open proposal whose rules changed: its kind's policy
     /// is no longer the one it was made under, or (once approved) the keyring in force no
     /// longer gives it quorum. Runs at start-up and after every reload.
+    ///
+    /// Walks the PENDING and APPROVED indexes in batches, decoding only each record's
+    /// head, and reads a whole record only when its head cannot settle it (an APPROVED
+    /// record under an unchanged policy, whose approvals must be counted again): its
+    /// memory is bounded by a batch, not by the number of open proposals.
+    ///
+    /// "Open proposals that counted on a removed key": every PENDING or APPROVED
+    /// proposal of a kind whose policy now names an approver missing from the keyring
+    /// (the kind is disabled, so it has no policy in force), whether or not that
+    /// approver had decided yet, since its quorum arithmetic changed; and every
+    /// APPROVED proposal whose approvals no longer reach quorum under the keyring.
     pub async fn void_changed_policies(&self) -> Result<usize, ServiceError> {
         let config = self.config();
+        let index = ListIndex::Statuses(vec![Status::Pending, Status::Approved]);
         let mut n = 0;
-        for st in [Status::Pending, Status::Approved] {
-            for rec in self.store.list_status(st, usize::MAX)? {
-                if !self.rules_hold(&config, &rec)? {
-                    self.void_one(rec.id()).await?;
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let page = self
+                .store
+                .page(&index, cursor.as_ref(), VOID_BATCH, &mut |h| {
+                    let same = config.policies.get(&h.preview.kind).map(|p| p.sha256())
+                        == Some(h.preview.policy_sha256);
+                    !same || h.lifecycle.status == Status::Approved
+                })?;
+            for h in &page.heads {
+                if self.void_one(&h.preview.proposal_id).await? {
                     n += 1;
                 }
             }
+            match page.next {
+                Some(c) => cursor = Some(c),
+                None => return Ok(n),
+            }
         }
-        Ok(n)
     }
 
-    /// Reloads policies, keys and agents. A broken file keeps the old configuration.
+    /// Reloads policies, keys and agents, and ends as POLICY_CHANGED every open
+    /// proposal whose rules no longer hold.
+    ///
+    /// Fails closed on keys: a kind whose policy names an approver missing from the new
+    /// keyring is disabled rather than the reload refused, and when another file is
+    /// broken (the reload is refused and its error returned) a keyring that parses is
+    /// still applied over the policies in force. Only an unreadable or invalid keyring
+    /// keeps the old one, since there is then no list of keys to apply.
     pub async fn reload(&self) -> Result<usize, ConfigError> {
         let Some(source) = &self.source else {
             return Ok(0);
         };
-        let fresh = source.load()?;
-        match self.config.write() {
-            Ok(mut c) => *c = Arc::new(fresh),
-            Err(p) => *p.into_inner() = Arc::new(fresh),
+        let (fresh, refused) = match source.load() {
+            Ok(c) => (c, None),
+            Err(e) => match source.load_keyring() {
+                Ok(keyring) => {
+                    tracing::error!(
+                        "reload refused: {e}\nthe new keyring is applied anyway over the policies in force, so that removed keys stop counting"
+                    );
+                    (self.config().with_keyring(keyring), Some(e))
+                }
+                Err(_) => return Err(e),
+            },
+        };
+        for why in fresh.disabled_reasons() {
+            tracing::error!("{why}");
         }
-        self.reloaded();
-        match self.void_changed_policies().await {
-            Ok(n) => Ok(n),
+        self.set_config(fresh);
+        let voided = match self.void_changed_policies().await {
+            Ok(n) => n,
             Err(e) => {
                 tracing::error!(error = %e, "could not void proposals under changed policies");
-                Ok(0)
+                0
             }
+        };
+        match refused {
+            None => Ok(voided),
+            Some(e) => Err(e),
         }
     }
 

@@ -26,7 +26,7 @@ use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::record::{ProposalRecord, SCHEMA_VERSION};
 use approval_core::ids::AgentName;
 use approval_core::status::{Lifecycle, Status};
-use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
+use approval_core::{Kind, ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -100,6 +100,107 @@ pub enum Cas {
 /// The audit chain in order, with the stored head `(seq, hash)`.
 pub type AuditLog = (Vec<AuditEntry>, Option<(u64, Sha256Hex)>);
 
+/// The most index entries one [`Store::page`] call walks, matching or not: a listing
+/// whose filter skips many records answers a short page with a cursor rather than
+/// walking the whole store in one request.
+pub const MAX_PAGE_SCAN: usize = 5_000;
+
+/// Where a listing resumes: the position (creation time, then id) of the last
+/// record it returned; the next page starts strictly after it, older first.
+///
+/// On the wire (`next_cursor`, `cursor`) it is `<created_at unix seconds>.<proposal id>`,
+/// opaque to clients: pass back what the server gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// Creation time of the last record returned.
+    pub created: Timestamp,
+    /// Its id.
+    pub id: ProposalId,
+}
+
+impl Cursor {
+    /// The position of a record.
+    pub fn of(created: Timestamp, id: &ProposalId) -> Self {
+        Self {
+            created,
+            id: id.clone(),
+        }
+    }
+
+    /// Parses the wire form; `None` for anything the server did not hand out.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (secs, id) = text.split_once('.')?;
+        if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) || secs.len() > 12 {
+            return None;
+        }
+        let unix: i64 = secs.parse().ok()?;
+        let created = Timestamp::from_unix(unix);
+        if created.unix() != unix {
+            return None;
+        }
+        let id = ProposalId::parse(id).ok()?;
+        Some(Self { created, id })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.created.unix(), self.id)
+    }
+}
+
+/// Which index a listing walks, newest first.
+#[derive(Debug, Clone)]
+pub enum ListIndex {
+    /// One agent's records.
+    Agent(AgentName),
+    /// Records stored with any of these statuses (merged in creation order).
+    Statuses(Vec<Status>),
+}
+
+/// The fields of a stored record a listing filters and shows, decoded without the
+/// payload, the decisions or the result: walking an index costs the index, not the
+/// records' size.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecordHead {
+    /// Record format version.
+    pub schema: u32,
+    /// The preview without its payload.
+    pub preview: PreviewHead,
+    /// `preview_sha256`.
+    pub preview_sha256: Sha256Hex,
+    /// Status and deadlines.
+    pub lifecycle: Lifecycle,
+}
+
+/// A preview without its payload.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PreviewHead {
+    /// The proposal's id.
+    pub proposal_id: ProposalId,
+    /// Its kind.
+    pub kind: Kind,
+    /// The agent's summary.
+    pub summary: String,
+    /// The agent.
+    pub requested_by: AgentName,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Expires.
+    pub expires_at: Timestamp,
+    /// Its policy's hash.
+    pub policy_sha256: Sha256Hex,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct HeadPage {
+    /// The records that matched, newest first.
+    pub heads: Vec<RecordHead>,
+    /// Where the next page starts; `None` when the index is exhausted.
+    pub next: Option<Cursor>,
+}
+
 /// What any storage backend must do. Contract tests in this module run against
 /// every implementation.
 pub trait Store: Send + Sync + 'static {
@@ -138,10 +239,21 @@ pub trait Store: Send + Sync + 'static {
         agent: &AgentName,
         limit: usize,
     ) -> Result<Vec<ProposalRecord>, StoreError>;
+    /// Walks `index` newest first, strictly after `after`, decoding only each record's
+    /// head, and returns up to `limit` heads that `keep` accepts. Walks at most
+    /// [`MAX_PAGE_SCAN`] entries; `next` is set whenever entries may remain.
+    fn page(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<HeadPage, StoreError>;
     /// Up to `limit` records whose deadline ([`Lifecycle::deadline`]) has passed at
     /// `now`, earliest first: what the expiry sweep ends. Costs the number of
     /// records due, not the number alive.
-    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError>;
+    /// Heads only: a sweep of a thousand large records must not hold them all.
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError>;
     /// Number of records with this stored status.
     fn count_status(&self, status: Status) -> Result<usize, StoreError>;
     /// The whole audit chain in order, and the stored head.
@@ -180,6 +292,19 @@ mod key {
         // Timestamps are clamped to 1970..=9999, so never negative: big-endian i64
         // bytes sort as the times do.
         t.unix().to_be_bytes()
+    }
+
+    pub fn secs_of(t: Timestamp) -> [u8; 8] {
+        secs(t)
+    }
+
+    /// The first key after every key that starts with `prefix` (which ends in NUL).
+    pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+        let mut end = prefix.to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        end
     }
 
     pub fn record(id: &ProposalId) -> Vec<u8> {
@@ -666,7 +791,97 @@ impl Store for SledStore {
         self.scan_index(&prefix, limit, |r| &r.preview.requested_by == agent)
     }
 
-    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
+    fn page(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<HeadPage, StoreError> {
+        let prefixes: Vec<Vec<u8>> = match index {
+            ListIndex::Agent(a) => vec![key::index_prefix(key::BY_AGENT, a.as_str())],
+            ListIndex::Statuses(st) => st
+                .iter()
+                .map(|s| key::index_prefix(key::BY_STATUS, s.as_str()))
+                .collect(),
+        };
+        // One reverse range per prefix, ending just before the cursor's position;
+        // merged by position (creation time, then id), newest first.
+        let mut walks = Vec::with_capacity(prefixes.len());
+        for p in &prefixes {
+            let end = match after {
+                Some(c) => [
+                    p.as_slice(),
+                    &key::secs_of(c.created),
+                    c.id.as_str().as_bytes(),
+                ]
+                .concat(),
+                None => key::prefix_end(p),
+            };
+            walks.push((p.len(), self.tree.range(p.clone()..end).rev().peekable()));
+        }
+        let mut out = HeadPage::default();
+        let mut scanned = 0usize;
+        loop {
+            // The walk whose next entry is the newest.
+            let mut best: Option<(usize, Vec<u8>)> = None;
+            for (i, (plen, w)) in walks.iter_mut().enumerate() {
+                let pos = match w.peek() {
+                    None => continue,
+                    Some(Err(_)) => {
+                        if let Some(Err(e)) = w.next() {
+                            return Err(e.into());
+                        }
+                        continue;
+                    }
+                    Some(Ok((k, _))) => k.get(*plen..).unwrap_or_default().to_vec(),
+                };
+                if best.as_ref().is_none_or(|(_, b)| pos > *b) {
+                    best = Some((i, pos));
+                }
+            }
+            let Some((i, pos)) = best else {
+                return Ok(out);
+            };
+            let (plen, w) = &mut walks[i];
+            let Some(Ok((k, _))) = w.next() else {
+                continue;
+            };
+            let Some(id) = k.get(*plen + 8..) else {
+                return Err(corrupt(&k, "index key too short"));
+            };
+            let created = <[u8; 8]>::try_from(&pos[..8])
+                .map(|b| Timestamp::from_unix(i64::from_be_bytes(b)))
+                .ok();
+            let id_str = String::from_utf8_lossy(id).into_owned();
+            let here = match (created, ProposalId::parse(&id_str).ok()) {
+                (Some(c), Some(id)) => Cursor::of(c, &id),
+                _ => return Err(corrupt(&k, "index key does not name a record")),
+            };
+            scanned += 1;
+            let rk = [key::RECORD, id].concat();
+            if let Some(v) = self.tree.get(&rk)? {
+                let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
+                check_schema(&rk, head.schema)?;
+                // A reader may see an index entry a moment before or after its record
+                // changes; what it returns always matches the index it walks.
+                let in_index = match index {
+                    ListIndex::Agent(a) => &head.preview.requested_by == a,
+                    ListIndex::Statuses(st) => st.contains(&head.lifecycle.status),
+                };
+                if in_index && keep(&head) {
+                    out.heads.push(head);
+                }
+            }
+            if out.heads.len() >= limit || scanned >= MAX_PAGE_SCAN {
+                let more = walks.iter_mut().any(|(_, w)| w.peek().is_some());
+                out.next = more.then_some(here);
+                return Ok(out);
+            }
+        }
+    }
+
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
         let mut out = Vec::new();
         for item in self.tree.range(key::DUE.to_vec()..key::due_end(now)) {
             if out.len() >= limit {
@@ -678,9 +893,10 @@ impl Store for SledStore {
             };
             let rk = [key::RECORD, id].concat();
             if let Some(v) = self.tree.get(&rk)? {
-                let rec = decode_record(&rk, &v)?;
-                if rec.lifecycle.is_expired_at(now) {
-                    out.push(rec);
+                let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
+                check_schema(&rk, head.schema)?;
+                if head.lifecycle.is_expired_at(now) {
+                    out.push(head);
                 }
             }
         }
@@ -974,8 +1190,11 @@ pub(crate) mod contract {
         ));
         // Deadlines: `due` hands over what has run out of time, earliest first, and
         // nothing that is not yet due or can no longer expire.
-        let ids =
-            |v: Vec<ProposalRecord>| v.into_iter().map(|r| r.id().clone()).collect::<Vec<_>>();
+        let ids = |v: Vec<RecordHead>| {
+            v.into_iter()
+                .map(|h| h.preview.proposal_id)
+                .collect::<Vec<_>>()
+        };
         let at = Timestamp::from_unix;
         assert_eq!(ids(store.due(at(1_800_000_069), 10).unwrap()), vec![]);
         assert_eq!(
@@ -1003,10 +1222,57 @@ pub(crate) mod contract {
         );
         assert_eq!(store.pending_count(None).unwrap(), 0);
         assert_eq!(
-            ids(store.list_status(Status::Withdrawn, 10).unwrap()),
+            store
+                .list_status(Status::Withdrawn, 10)
+                .unwrap()
+                .iter()
+                .map(|r| r.id().clone())
+                .collect::<Vec<_>>(),
             vec![b.id().clone()]
         );
         assert_eq!(store.list_status(Status::Pending, 10).unwrap(), vec![]);
+        // Pages: an index walked newest first, strictly after the cursor, several
+        // status indexes merged, a filter that skips without ending the walk.
+        let heads = |p: &HeadPage| {
+            p.heads
+                .iter()
+                .map(|h| h.preview.proposal_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let all = ListIndex::Statuses(Status::ALL.to_vec());
+        let first = store.page(&all, None, 1, &mut |_| true).unwrap();
+        assert_eq!(heads(&first), vec![b.id().clone()]);
+        let next = first.next.clone().expect("a second page");
+        assert_eq!(Cursor::parse(&next.to_string()), Some(next.clone()));
+        let second = store.page(&all, Some(&next), 1, &mut |_| true).unwrap();
+        assert_eq!(heads(&second), vec![a.id().clone()]);
+        assert_eq!(second.next, None);
+        let approved_only = store
+            .page(&all, None, 10, &mut |h| {
+                h.lifecycle.status == Status::Approved
+            })
+            .unwrap();
+        assert_eq!(heads(&approved_only), vec![a.id().clone()]);
+        let agent1 = ListIndex::Agent(AgentName::parse("agent1").unwrap());
+        let mine = store.page(&agent1, None, 10, &mut |_| true).unwrap();
+        assert_eq!((heads(&mine), mine.next), (vec![a.id().clone()], None));
+        let withdrawn = ListIndex::Statuses(vec![Status::Withdrawn]);
+        let w = store.page(&withdrawn, None, 10, &mut |_| true).unwrap();
+        assert_eq!(heads(&w), vec![b.id().clone()]);
+        assert_eq!(
+            Cursor::parse("1800000000.p-a").map(|c| c.id),
+            Some(a.id().clone())
+        );
+        for bad in [
+            "",
+            "1800000000",
+            "x.p-a",
+            "-1.p-a",
+            "1800000000.",
+            "99999999999999.p-a",
+        ] {
+            assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+        }
         // Policies are kept once per hash; storing one twice changes nothing.
         let ph = Sha256Hex::digest(b"policy");
         assert_eq!(store.get_policy(&ph).unwrap(), None);

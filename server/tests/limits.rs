@@ -1153,8 +1153,7 @@ impl Store for GatedStore {
         &self,
         now: approval_core::Timestamp,
         limit: usize,
-    ) -> Result<Vec<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
-    {
+    ) -> Result<Vec<approval_server::store::RecordHead>, approval_server::store::StoreError> {
         self.inner.due(now, limit)
     }
     fn list_agent(
@@ -1164,6 +1163,15 @@ impl Store for GatedStore {
     ) -> Result<Vec<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
     {
         self.inner.list_agent(agent, limit)
+    }
+    fn page(
+        &self,
+        index: &approval_server::store::ListIndex,
+        after: Option<&approval_server::store::Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&approval_server::store::RecordHead) -> bool,
+    ) -> Result<approval_server::store::HeadPage, approval_server::store::StoreError> {
+        self.inner.page(index, after, limit, keep)
     }
     fn count_status(
         &self,

@@ -805,3 +805,47 @@ async fn replacing_an_approvers_key_after_approval_ends_the_proposal() {
     assert_eq!((err, out["code"].as_str()), (true, Some("POLICY_CHANGED")));
     assert!(!s.dir.path().join("sandbox").exists());
 }
+
+/// `GET /v1/proposals` answers one page at a time (issue #11 item 6): `limit` (at
+/// most 100) and a `next_cursor` that walks every proposal exactly once, also when
+/// several were made in the same second.
+#[tokio::test]
+async fn approver_listing_pages_by_cursor() {
+    let s = start().await;
+    let mut made = std::collections::BTreeSet::new();
+    for i in 0..5 {
+        made.insert(s.prepare(&format!("page {i}")).await.0);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut path = "/v1/proposals?status=pending&limit=2".to_owned();
+    let mut pages = 0;
+    loop {
+        let (code, v) = s.get_signed("alice", &path).await;
+        assert_eq!(code, 200, "{v}");
+        let items = v["proposals"].as_array().cloned().unwrap_or_default();
+        assert!(items.len() <= 2, "{v}");
+        for it in &items {
+            let id = it["proposal_id"].as_str().unwrap().to_owned();
+            assert!(seen.insert(id), "listed twice: {v}");
+        }
+        pages += 1;
+        match v["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/proposals?status=pending&limit=2&cursor={c}"),
+            None => break,
+        }
+        assert!(pages < 10, "the cursor does not advance: {v}");
+    }
+    assert_eq!((seen, pages), (made, 3));
+    let (code, v) = s.get_signed("alice", "/v1/proposals?limit=1000").await;
+    assert_eq!(code, 200);
+    assert_eq!(v["proposals"].as_array().map(Vec::len), Some(5));
+    assert_eq!(v["next_cursor"], Value::Null);
+    let (code, v) = s
+        .get_signed("alice", "/v1/proposals?cursor=not-a-cursor")
+        .await;
+    assert_eq!(
+        (code, v["code"].as_str()),
+        (400, Some("BAD_REQUEST")),
+        "{v}"
+    );
+}
