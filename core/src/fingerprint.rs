@@ -78,7 +78,7 @@ mod tests {
     fn a_note_in_a_refusal_parses_back() {
         let alice = ApproverName::parse("alice").unwrap();
         let msg = format!(
-            "read signature does not verify for this approver, time, method and path; {}",
+            "read signature does not verify for this approver, server id, time, method and path (reads are signed over the server_id of this server's GET /healthz: docs/PROTOCOL.md section 2.2); {}",
             held_key_note(&alice, &pk(1))
         );
         assert_eq!(

@@ -277,7 +277,7 @@ pub enum ReadAuthError {
     )]
     OldFormat,
     /// The signature does not verify.
-    #[error("read signature does not verify for this approver, server id, time, method and path: sign `approval-v1-read\\n<server_id>\\n<unix_seconds>\\n<METHOD>\\n<path and query>` with the server_id from this server's GET /healthz")]
+    #[error("read signature does not verify for this approver, server id, time, method and path (reads are signed over the server_id of this server's GET /healthz: docs/PROTOCOL.md section 2.2)")]
     BadSignature,
 }
 

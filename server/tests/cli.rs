@@ -480,7 +480,7 @@ async fn audit_verify_and_export_work_against_a_running_server() {
     let fp = approval_core::fingerprint::fingerprint(&common::key("bob").public_key());
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        format!("error: {api}/v1/audit refused: UNAUTHORIZED: read signature does not verify for this approver, time, method and path; the server's key for bob is {fp}\n")
+        format!("error: {api}/v1/audit refused: UNAUTHORIZED: read signature does not verify for this approver, server id, time, method and path (reads are signed over the server_id of this server's GET /healthz: docs/PROTOCOL.md section 2.2); the server's key for bob is {fp}\n")
     );
     // The offline form, while the server runs, says what to do instead.
     let out = bin()
