@@ -137,7 +137,9 @@ mod tests {
 
     #[test]
     fn the_scaffolded_files_parse() {
-        assert!(approval_core::Keyring::parse(EMPTY_KEYRING).unwrap().is_empty());
+        assert!(approval_core::Keyring::parse(EMPTY_KEYRING)
+            .unwrap()
+            .is_empty());
         crate::agents::Agents::parse(EMPTY_AGENTS).unwrap();
     }
 }

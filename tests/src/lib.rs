@@ -990,7 +990,10 @@ impl Stdio {
     /// printed after the close, and the exit status.
     pub async fn send_then_close(self, msg: &Value) -> Result<(Vec<Value>, ExitStatus)> {
         let Self { mut child, io, .. } = self;
-        let StdioIo { mut stdin, mut lines } = io.into_inner();
+        let StdioIo {
+            mut stdin,
+            mut lines,
+        } = io.into_inner();
         let mut line = msg.to_string();
         line.push('\n');
         stdin.write_all(line.as_bytes()).await?;

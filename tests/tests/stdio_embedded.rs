@@ -142,7 +142,9 @@ async fn stdio_joins_the_server_that_holds_the_data_folder() -> Result<()> {
     s.stderr()
         .wait_for("joining the approval service", START)
         .await?;
-    let prep = s.prepare("note.write", json!({"text": "joined"}), "").await?;
+    let prep = s
+        .prepare("note.write", json!({"text": "joined"}), "")
+        .await?;
     prep.expect("PENDING_QUORUM", false);
     let id = prep.proposal_id();
     // One store: the server sees what the session made, as the same agent.
@@ -280,7 +282,10 @@ async fn closing_stdin_stops_the_embedded_service_cleanly() -> Result<()> {
     // A new session on the same folder has both proposals.
     let (again, _) = embedded(&w).await?;
     again.status(&id).await?.expect("PENDING_QUORUM", false);
-    again.status(&last_id).await?.expect("PENDING_QUORUM", false);
+    again
+        .status(&last_id)
+        .await?
+        .expect("PENDING_QUORUM", false);
     assert!(again.close().await?.success());
     Ok(())
 }
@@ -308,7 +313,9 @@ async fn embedded_stdio_with_an_agents_file_acts_as_the_tokens_agent() -> Result
         &[("APPROVAL_AGENT_TOKEN", &token)],
     )?;
     s.initialize().await?;
-    let prep = s.prepare("note.write", json!({"text": "as a bot"}), "").await?;
+    let prep = s
+        .prepare("note.write", json!({"text": "as a bot"}), "")
+        .await?;
     prep.expect("PENDING_QUORUM", false);
     assert_eq!(prep.structured["preview"]["requested_by"], "ci-bot");
 
