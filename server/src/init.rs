@@ -103,6 +103,9 @@ pub fn scaffold(dir: &Path) -> anyhow::Result<Vec<Outcome>> {
 /// What to run next, for a folder at `dir`.
 pub fn next_steps(dir: &Path) -> String {
     let d = dir.display();
+    // A host launches `stdio` from its own working folder: give it absolute paths.
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let a = abs.display();
     format!(
         "Next:
   1. Each approver, on their own machine:  signer-cli keygen --name alice --out alice.key
@@ -110,7 +113,7 @@ pub fn next_steps(dir: &Path) -> String {
   2. Check the folder:                     approval-server check --policies {d}/policies --keys {d}/keys
   3. Run the gate, either as a service:    approval-server serve --data {d}/data --policies {d}/policies --keys {d}/keys
      or launched by an MCP host over stdio:
-       claude mcp add approval -- approval-server stdio --data {d}/data --policies {d}/policies --keys {d}/keys
+       claude mcp add approval -- approval-server stdio --data {a}/data --policies {a}/policies --keys {a}/keys
   4. Approvers sign at the \"Approver API\" address it prints:
        signer-cli --server http://127.0.0.1:4800 --key alice.key pending"
     )
