@@ -276,7 +276,7 @@ pub async fn run(opts: StdioOptions) -> anyhow::Result<()> {
             Ok(Some(ep)) => match ep.check_live().await {
                 Ok(()) => {
                     eprintln!(
-                        "joining the approval service that holds {} (pid {}): {}",
+                        "joining the approval service that holds {} (pid {}): {} (its own policies, keys and agents apply)",
                         opts.data.display(),
                         ep.pid,
                         ep.mcp
@@ -629,8 +629,20 @@ async fn read_lines<R: AsyncRead + Unpin>(
         }
         match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(text) {
             Ok(msg) => {
-                if let JsonRpcMessage::Request(r) = &msg {
-                    pending.add(serde_json::to_string(&r.id).unwrap_or_default());
+                match &msg {
+                    JsonRpcMessage::Request(r) => {
+                        pending.add(serde_json::to_string(&r.id).unwrap_or_default())
+                    }
+                    // rmcp answers nothing to a cancelled request: stop waiting for it.
+                    JsonRpcMessage::Notification(_) if text.contains("notifications/cancelled") => {
+                        if let Some(id) = serde_json::from_str::<Value>(text)
+                            .ok()
+                            .and_then(|v| v.pointer("/params/requestId").cloned())
+                        {
+                            pending.done(&id.to_string());
+                        }
+                    }
+                    _ => {}
                 }
                 if to_rmcp.send(msg).await.is_err() {
                     break; // the session ended

@@ -986,17 +986,19 @@ impl Stdio {
         self.child.id()
     }
 
-    /// Writes `msg`, closes stdin at once, and reads stdout to its end: every line
+    /// Writes `msgs`, closes stdin at once, and reads stdout to its end: every line
     /// printed after the close, and the exit status.
-    pub async fn send_then_close(self, msg: &Value) -> Result<(Vec<Value>, ExitStatus)> {
+    pub async fn send_then_close(self, msgs: &[Value]) -> Result<(Vec<Value>, ExitStatus)> {
         let Self { mut child, io, .. } = self;
         let StdioIo {
             mut stdin,
             mut lines,
         } = io.into_inner();
-        let mut line = msg.to_string();
-        line.push('\n');
-        stdin.write_all(line.as_bytes()).await?;
+        for msg in msgs {
+            let mut line = msg.to_string();
+            line.push('\n');
+            stdin.write_all(line.as_bytes()).await?;
+        }
         stdin.flush().await?;
         drop(stdin);
         let mut out = Vec::new();

@@ -255,7 +255,7 @@ async fn closing_stdin_stops_the_embedded_service_cleanly() -> Result<()> {
     let last = json!({"jsonrpc": "2.0", "id": 999_001, "method": "tools/call",
         "params": {"name": "approval_prepare",
                    "arguments": {"kind": "note.write", "payload": {"text": "last words"}}}});
-    let (lines, status) = s.send_then_close(&last).await?;
+    let (lines, status) = s.send_then_close(&[last]).await?;
     assert!(status.success(), "exit status {status}");
     let answer = lines
         .iter()
@@ -287,6 +287,31 @@ async fn closing_stdin_stops_the_embedded_service_cleanly() -> Result<()> {
         .await?
         .expect("PENDING_QUORUM", false);
     assert!(again.close().await?.success());
+    Ok(())
+}
+
+#[tokio::test]
+async fn closing_stdin_after_a_cancelled_request_does_not_wait_for_it() -> Result<()> {
+    let w = world()?;
+    let (s, _api) = embedded(&w).await?;
+    let id = s
+        .prepare("note.write", json!({"text": "waited on"}), "")
+        .await?
+        .proposal_id();
+    // A 30-second long-poll, cancelled: rmcp sends no answer to it, so the session
+    // must not wait for one when stdin closes.
+    let poll = json!({"jsonrpc": "2.0", "id": 777, "method": "tools/call",
+        "params": {"name": "approval_status", "arguments": {"proposal_id": id, "wait_seconds": 30}}});
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 777, "reason": "the user moved on"}});
+    let started = std::time::Instant::now();
+    let (_, status) = s.send_then_close(&[poll, cancel]).await?;
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "stopping waited {:?} for a cancelled request",
+        started.elapsed()
+    );
     Ok(())
 }
 
