@@ -280,7 +280,7 @@ fn nesting(v: &Value, ptr: &mut String, depth: usize, deepest: &mut (usize, Stri
 }
 
 /// Returns a response when the request must not reach rmcp as it is.
-fn check_request(text: &str, modern: bool) -> Option<Response> {
+pub(crate) fn check_request(text: &str, modern: bool) -> Option<Response> {
     let parsed = match json::parse_collecting(text) {
         Ok(p) => p,
         Err(e) => {

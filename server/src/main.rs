@@ -4,7 +4,7 @@ use anyhow::Context;
 use approval_server::config::ConfigSource;
 use approval_server::run::{self, ServeOptions};
 use approval_server::store::{SledStore, Store};
-use approval_server::{agents, audit, audit_remote, bridge, demo};
+use approval_server::{agents, audit, audit_remote, bridge, demo, init, stdio};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -82,14 +82,33 @@ enum Command {
         #[arg(long, default_value = "./demo-keys")]
         keys_dir: PathBuf,
     },
-    /// Bridge a stdio MCP host to a running service.
+    /// MCP over stdin/stdout for a host that launches its servers: runs the gate in this
+    /// process (approver API on --listen, endpoint lines on stderr), or joins the server
+    /// that already holds --data, or, with --connect, bridges to that service.
     Stdio {
-        /// The service's MCP endpoint, e.g. http://127.0.0.1:4800/mcp
-        #[arg(long)]
-        connect: String,
-        /// Agent token (or APPROVAL_AGENT_TOKEN).
+        /// Always bridge to this MCP endpoint, e.g. http://127.0.0.1:4800/mcp
+        #[arg(long, conflicts_with_all = ["listen", "agents", "policies", "keys", "data"])]
+        connect: Option<String>,
+        /// Agent token (or APPROVAL_AGENT_TOKEN): sent to a joined server; checked against --agents when the gate runs here.
         #[arg(long, env = "APPROVAL_AGENT_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Store folder: the gate runs here unless a running server holds it.
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
+        #[command(flatten)]
+        rules: Rules,
+        /// Agents file; then this session needs --token. Without it, the session is the agent `local`.
+        #[arg(long)]
+        agents: Option<PathBuf>,
+        /// Approver API and /mcp of the gate run here [default: 127.0.0.1:4800, or a free port when taken].
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Scaffold a deployment folder: example policy, keyring, agents file. Never overwrites.
+    Init {
+        /// Folder to fill (created if missing).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
     },
     /// Validate policies and keyring; exits non-zero with file:line on any error, and
     /// while any kind is disabled by an approver missing from the keyring.
@@ -243,9 +262,37 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             run::serve(opts, svc).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stdio { connect, token } => {
+        Command::Stdio {
+            connect,
+            token,
+            data,
+            rules,
+            agents,
+            listen,
+        } => {
             logging("warn");
-            bridge::run(connect, token).await?;
+            stdio::run(stdio::StdioOptions {
+                connect,
+                token,
+                data,
+                policies: rules.policies,
+                keys: rules.keys,
+                agents,
+                listen,
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init { dir } => {
+            for o in init::scaffold(&dir)? {
+                match o {
+                    init::Outcome::Created(p) => println!("created {}", p.display()),
+                    init::Outcome::Kept(p) => {
+                        println!("kept {} (it exists; not overwritten)", p.display())
+                    }
+                }
+            }
+            println!("{}", init::next_steps(&dir));
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { rules, agents } => {

@@ -35,12 +35,23 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct McpHandler {
     svc: Arc<Service>,
+    /// Set on the embedded stdio transport, which has no HTTP request to carry an agent.
+    stdio: Option<crate::stdio::Identity>,
 }
 
 impl McpHandler {
     /// A handler over the service.
     pub fn new(svc: Arc<Service>) -> Self {
-        Self { svc }
+        Self { svc, stdio: None }
+    }
+
+    /// A handler for the embedded stdio transport: the agent is `identity`, checked
+    /// against the agents file in force at every call.
+    pub fn for_stdio(svc: Arc<Service>, identity: crate::stdio::Identity) -> Self {
+        Self {
+            svc,
+            stdio: Some(identity),
+        }
     }
 }
 
@@ -603,13 +614,20 @@ impl ServerHandler for McpHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let agent = context
+        let from_http = context
             .extensions
             .get::<axum::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<AgentName>().cloned())
-            .ok_or_else(|| {
-                McpError::invalid_request("no authenticated agent on this request", None)
-            })?;
+            .and_then(|p| p.extensions.get::<AgentName>().cloned());
+        let agent = match (from_http, &self.stdio) {
+            (Some(a), _) => a,
+            (None, Some(id)) => id.agent(&self.svc.config())?,
+            (None, None) => {
+                return Err(McpError::invalid_request(
+                    "no authenticated agent on this request",
+                    None,
+                ))
+            }
+        };
         let args = Value::Object(request.arguments.unwrap_or_default());
         let outcome = self.dispatch(&agent, &request.name, args).await?;
         // Never report a state whose fsync is still pending.

@@ -175,6 +175,28 @@ fn url_host(addr: &SocketAddr) -> String {
 
 /// Serves until SIGINT or SIGTERM; reloads on SIGHUP.
 pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> {
+    serve_until(opts, svc, Announce::Stdout, std::future::pending()).await
+}
+
+/// Where the endpoint lines go: stdout for `serve` and `demo`, stderr when stdout
+/// carries the MCP protocol (embedded `stdio`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    /// `serve`, `demo`.
+    Stdout,
+    /// Embedded `stdio`: stdout is the protocol's.
+    Stderr,
+}
+
+/// Serves until SIGINT, SIGTERM or `stop` completes; reloads on SIGHUP. While it
+/// listens, `<data>/endpoint.json` says where (see [`crate::stdio::Endpoint`]), so a
+/// `stdio` session started on the same folder joins this server.
+pub async fn serve_until(
+    opts: ServeOptions,
+    svc: Arc<Service>,
+    announce: Announce,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let mut mcp_opts = McpOptions::default();
     mcp_opts
         .allowed_hosts
@@ -201,28 +223,34 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
         Some(l) => l.local_addr()?,
         None => mcp_addr,
     };
-    println!("MCP endpoint: http://{}/mcp", url_host(&mcp_addr));
-    println!("Approver API: http://{}", url_host(&approver_addr));
-    println!(
-        "Server identity: {} key {}",
+    // Published before the lines are printed: whoever read them can find the file.
+    let endpoint = crate::stdio::Endpoint::publish(&opts.data, mcp_addr, approver_addr, &svc)?;
+    let mut lines = format!(
+        "MCP endpoint: http://{}/mcp\nApprover API: http://{}\nServer identity: {} key {}",
+        url_host(&mcp_addr),
+        url_host(&approver_addr),
         svc.identity().server_id(),
         svc.identity().public_key()
     );
     if let Some(keys) = &opts.demo_keys {
-        println!(
-            "{}",
-            crate::demo::banner(
-                &format!("http://{}/mcp", url_host(&mcp_addr)),
-                &format!("http://{}", url_host(&approver_addr)),
-                keys,
-                &opts.source
-            )
-        );
+        lines.push('\n');
+        lines.push_str(&crate::demo::banner(
+            &format!("http://{}/mcp", url_host(&mcp_addr)),
+            &format!("http://{}", url_host(&approver_addr)),
+            keys,
+            &opts.source,
+        ));
     }
     use std::io::Write;
-    let _ = std::io::stdout().flush();
+    match announce {
+        Announce::Stdout => {
+            println!("{lines}");
+            let _ = std::io::stdout().flush();
+        }
+        Announce::Stderr => eprintln!("{lines}"),
+    }
 
-    let shutdown = tokio_util_shutdown();
+    let shutdown = tokio_util_shutdown(stop);
     spawn_background(svc.clone());
     let main = crate::listener::serve(listener, main_router, shutdown.clone().wait());
     match approver {
@@ -239,6 +267,7 @@ pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> 
     // In-flight requests have finished; make sure everything they wrote is on disk.
     let store = svc.store().clone();
     tokio::task::spawn_blocking(move || store.flush_blocking()).await??;
+    endpoint.withdraw();
     tracing::info!("stopped");
     Ok(())
 }
@@ -253,7 +282,7 @@ impl Shutdown {
     }
 }
 
-fn tokio_util_shutdown() -> Shutdown {
+fn tokio_util_shutdown(stop: impl std::future::Future<Output = ()> + Send + 'static) -> Shutdown {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let ctrl_c = tokio::signal::ctrl_c();
@@ -264,7 +293,10 @@ fn tokio_util_shutdown() -> Shutdown {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot listen for SIGTERM");
-                        let _ = ctrl_c.await;
+                        tokio::select! {
+                            _ = ctrl_c => {},
+                            _ = stop => {},
+                        }
                         let _ = tx.send(true);
                         return;
                     }
@@ -272,10 +304,14 @@ fn tokio_util_shutdown() -> Shutdown {
             tokio::select! {
                 _ = ctrl_c => {},
                 _ = term.recv() => {},
+                _ = stop => {},
             }
         }
         #[cfg(not(unix))]
-        let _ = ctrl_c.await;
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = stop => {},
+        }
         tracing::info!("shutting down: finishing in-flight requests");
         let _ = tx.send(true);
     });

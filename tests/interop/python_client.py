@@ -117,6 +117,8 @@ class Conn:
         self._session: Any = None
 
     def _stdio(self) -> StdioServerParameters:
+        if self.args.stdio_args:  # e.g. the embedded gate: `stdio --data D --policies P --keys K --listen A`
+            return StdioServerParameters(command=self.args.server_bin, args=json.loads(self.args.stdio_args))
         return StdioServerParameters(command=self.args.server_bin, args=["stdio", "--connect", self.args.mcp_url])
 
     async def __aenter__(self) -> "Conn":
@@ -553,6 +555,7 @@ def main() -> int:
     ap.add_argument("--signer-bin", required=True)
     ap.add_argument("--keys-dir", required=True, help="holds alice.key, bob.key, carol.key")
     ap.add_argument("--sandbox-dir", help="the note executor's folder (<data>/sandbox): checks each effect happened once")
+    ap.add_argument("--stdio-args", help="JSON list: the stdio flows launch `server-bin ARGS` instead of `stdio --connect URL`")
     ap.add_argument("--flows", help=f"comma-separated subset of {FLOWS} (SDK 1.x: of {SDK1_FLOWS}); default all")
     args = ap.parse_args()
     allowed = FLOWS if SDK_MAJOR >= 2 else SDK1_FLOWS

@@ -6,6 +6,8 @@
 #     mode, plus raw JSON-RPC checks of the HTTP transport;
 #   * mcp 1.x (requirements-sdk1.txt, venv .venv-interop-sdk1/): Streamable HTTP and stdio with
 #     ClientSession and the initialize handshake.
+#   * then, with each SDK, the stdio flows again against the embedded gate: `approval-server stdio
+#     --data D ...` with no --connect, on a data folder nobody holds (issue #12).
 #
 # Needs: Python 3 (with venv) and the binaries already built (this script does not build them):
 #   cargo build -p approval-server -p signer-cli
@@ -61,6 +63,38 @@ for py in "${RUNS[@]}"; do
         total_passed=$((total_passed + BASH_REMATCH[1])); total_failed=$((total_failed + BASH_REMATCH[2]))
     else
         total_failed=$((total_failed + 1))   # the client died before its summary
+    fi
+    [ "$rc" -eq 0 ] || status=1
+done
+
+# The embedded gate (issue #12): each stdio flow launches `approval-server stdio` on a data folder
+# nobody holds, so the whole service runs in the SDK's subprocess; approvers sign on the port
+# given with --listen. Each session ends when the SDK closes its stdin, before the next starts.
+EMBED_PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+EMBED_DATA="$WORK_DIR/embedded-data"
+EMBED_ARGS="[\"stdio\", \"--data\", \"$EMBED_DATA\", \"--policies\", \"$WORK_DIR/policies\", \"--keys\", \"$WORK_DIR/keyring\", \"--listen\", \"127.0.0.1:$EMBED_PORT\"]"
+for py in "${RUNS[@]}"; do
+    if [ "$("$py" -c 'import importlib.metadata as m; print(m.version("mcp").split(".")[0])')" = "1" ]; then
+        flows="stdio-legacy"
+    else
+        flows="stdio-legacy,stdio-2026-07-28,stdio-auto"
+    fi
+    [ -z "${FLOWS:-}" ] || flows="$(printf '%s' "$FLOWS" | tr ',' '\n' | grep '^stdio-' | paste -sd, -)" || true
+    [ -n "$flows" ] || continue
+    log "embedded stdio: $flows (approver API on 127.0.0.1:$EMBED_PORT)"
+    rc=0
+    set +e
+    "$py" "$REPO_ROOT/tests/interop/python_client.py" \
+        --mcp-url "http://127.0.0.1:$EMBED_PORT/mcp" --approver-url "http://127.0.0.1:$EMBED_PORT" \
+        --server-bin "$SERVER_BIN" --signer-bin "$SIGNER_BIN" --keys-dir "$KEYS_DIR" \
+        --sandbox-dir "$EMBED_DATA/sandbox" --stdio-args "$EMBED_ARGS" --flows "$flows" | tee "$WORK_DIR/report.txt"
+    rc="${PIPESTATUS[0]}"
+    set -e
+    summary="$(tail -n 1 "$WORK_DIR/report.txt")"
+    if [[ "$summary" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        total_passed=$((total_passed + BASH_REMATCH[1])); total_failed=$((total_failed + BASH_REMATCH[2]))
+    else
+        total_failed=$((total_failed + 1))
     fi
     [ "$rc" -eq 0 ] || status=1
 done

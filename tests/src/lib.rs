@@ -223,6 +223,15 @@ impl World {
         }
     }
 
+    /// `name`'s signer-cli pointed at an approver API URL.
+    pub fn signer_at(&self, name: &str, api_url: &str) -> Signer {
+        Signer {
+            home: self.dir.path().to_path_buf(),
+            server: api_url.to_owned(),
+            key: self.key_file(name),
+        }
+    }
+
     /// Writes an executable `#!/bin/sh` script into the world; returns its absolute path.
     pub fn script(&self, name: &str, body: &str) -> Result<PathBuf> {
         use std::os::unix::fs::PermissionsExt;
@@ -822,10 +831,61 @@ impl McpClient for Mcp {
     }
 }
 
-/// An MCP client speaking to `approval-server stdio --connect URL` over its stdin/stdout.
+/// An MCP client speaking to `approval-server stdio` over its stdin/stdout.
 pub struct Stdio {
     child: tokio::process::Child,
     io: tokio::sync::Mutex<StdioIo>,
+    stderr: Option<StderrLog>,
+}
+
+/// The stderr of a child, line by line, read as it comes (so the pipe never fills).
+#[derive(Clone, Default)]
+pub struct StderrLog {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    more: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl StderrLog {
+    fn follow(stderr: tokio::process::ChildStderr) -> Self {
+        let log = Self::default();
+        let l = log.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut v) = l.lines.lock() {
+                    v.push(line);
+                }
+                l.more.notify_waiters();
+            }
+            l.more.notify_waiters();
+        });
+        log
+    }
+
+    /// Everything read so far.
+    pub fn text(&self) -> String {
+        self.lines.lock().map(|v| v.join("\n")).unwrap_or_default()
+    }
+
+    /// Waits for a line that starts with `prefix`; returns the rest of it.
+    pub async fn wait_for(&self, prefix: &str, timeout: Duration) -> Result<String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.more.notified();
+            if let Some(rest) = self.lines.lock().ok().and_then(|v| {
+                v.iter()
+                    .find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_owned()))
+            }) {
+                return Ok(rest);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                bail!(
+                    "no stderr line starting with {prefix:?} within {timeout:?}; stderr:\n{}",
+                    self.text()
+                );
+            }
+        }
+    }
 }
 
 struct StdioIo {
@@ -867,7 +927,90 @@ impl Stdio {
                 stdin,
                 lines: tokio::io::BufReader::new(stdout).lines(),
             }),
+            stderr: None,
         })
+    }
+
+    /// Spawns `approval-server stdio ARGS...` (no `--connect` unless in `args`) with
+    /// its stderr captured in [`Stdio::stderr`], and `RUST_LOG=info` so that any log
+    /// line that reached stdout would break the protocol the tests read there.
+    pub fn spawn_args(args: &[std::ffi::OsString], env: &[(&str, &str)]) -> Result<Self> {
+        let mut cmd = tokio::process::Command::new(bin("approval-server"));
+        cmd.arg("stdio")
+            .args(args)
+            .env_remove("APPROVAL_AGENT_TOKEN")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(PStdio::piped())
+            .stdout(PStdio::piped())
+            .stderr(PStdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().context("cannot start approval-server stdio")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        Ok(Self {
+            child,
+            io: tokio::sync::Mutex::new(StdioIo {
+                stdin,
+                lines: tokio::io::BufReader::new(stdout).lines(),
+            }),
+            stderr: Some(StderrLog::follow(stderr)),
+        })
+    }
+
+    /// Initializes a session opened with [`Stdio::spawn_args`].
+    pub async fn initialize(&self) -> Result<Value> {
+        let init = self.rpc("initialize", initialize_params()).await?;
+        if init.pointer("/result/protocolVersion").is_none() {
+            bail!("initialize through stdio answered {init}");
+        }
+        self.send_line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await?;
+        Ok(init)
+    }
+
+    /// The captured stderr (only for [`Stdio::spawn_args`]).
+    pub fn stderr(&self) -> &StderrLog {
+        static NONE: std::sync::OnceLock<StderrLog> = std::sync::OnceLock::new();
+        self.stderr
+            .as_ref()
+            .unwrap_or_else(|| NONE.get_or_init(StderrLog::default))
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Writes `msgs`, closes stdin at once, and reads stdout to its end: every line
+    /// printed after the close, and the exit status.
+    pub async fn send_then_close(self, msgs: &[Value]) -> Result<(Vec<Value>, ExitStatus)> {
+        let Self { mut child, io, .. } = self;
+        let StdioIo {
+            mut stdin,
+            mut lines,
+        } = io.into_inner();
+        for msg in msgs {
+            let mut line = msg.to_string();
+            line.push('\n');
+            stdin.write_all(line.as_bytes()).await?;
+        }
+        stdin.flush().await?;
+        drop(stdin);
+        let mut out = Vec::new();
+        loop {
+            let next = tokio::time::timeout(STEP_TIMEOUT, lines.next_line())
+                .await
+                .context("stdout did not end after stdin closed")??;
+            let Some(l) = next else { break };
+            out.push(serde_json::from_str(&l).with_context(|| format!("not JSON: {l}"))?);
+        }
+        let status = tokio::time::timeout(STEP_TIMEOUT, child.wait()).await??;
+        Ok((out, status))
     }
 
     /// The next line the bridge prints, as JSON; `None` when stdout closed.

@@ -1,0 +1,698 @@
+//! `approval-server stdio` without `--connect`: run the gate in this process, or
+//! join the server that already holds the data folder.
+//!
+//! A host that launches MCP servers as subprocesses starts us with the folder's
+//! paths. When the store's lock is free, the whole service runs here: MCP on
+//! stdin/stdout goes straight to the rmcp handler (no HTTP hop), the approver API
+//! and `/mcp` listen on `--listen` so approvers can sign, and the endpoint lines go
+//! to stderr, because stdout carries only protocol. When another process holds the
+//! lock and publishes a live endpoint in `<data>/endpoint.json`, we forward to it
+//! (the `--connect` bridge), so several host sessions share one store.
+//!
+//! The lock is the truth: a server holds the store's lock for as long as it runs,
+//! so an endpoint file found while the lock is free is stale (its server died
+//! without removing it) and is replaced. An endpoint file is only believed when
+//! its address is loopback and `/healthz` there answers with the same `server_id`.
+
+use crate::config::{Config, ConfigSource};
+use crate::mcp::McpHandler;
+use crate::run::{self, Announce, ServeOptions};
+use crate::service::Service;
+use anyhow::Context;
+use approval_core::ids::AgentName;
+use rmcp::model::{ErrorCode, JsonRpcMessage};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// The default `--listen` of embedded stdio; when it is taken and `--listen` was
+/// not given, a free loopback port is used instead (and printed).
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4800);
+
+/// How long a session waits for the server that holds the lock to publish its endpoint.
+pub const JOIN_WAIT: Duration = Duration::from_secs(15);
+
+/// Everything `approval-server stdio` was given.
+#[derive(Debug, Clone)]
+pub struct StdioOptions {
+    /// `--connect URL`: always bridge to that service.
+    pub connect: Option<String>,
+    /// Agent token: sent to a joined server; checked against `--agents` when embedded.
+    pub token: Option<String>,
+    /// Store folder.
+    pub data: PathBuf,
+    /// Policies folder.
+    pub policies: PathBuf,
+    /// Keyring file.
+    pub keys: PathBuf,
+    /// Agents file.
+    pub agents: Option<PathBuf>,
+    /// Where the embedded service listens; `None` means [`DEFAULT_LISTEN`] or any free port.
+    pub listen: Option<SocketAddr>,
+}
+
+/// Who the agent on the embedded stdio transport is. Without an agents file it is
+/// `local` (the host launched us, as a loopback client is `local` over HTTP); with
+/// one, the token must name an agent in it, checked at every call so that removing
+/// the agent and reloading (SIGHUP) locks the session out.
+#[derive(Clone)]
+pub struct Identity {
+    token: Option<Arc<str>>,
+}
+
+impl Identity {
+    /// The identity a session presents.
+    pub fn new(token: Option<String>) -> Self {
+        Self {
+            token: token.map(Arc::from),
+        }
+    }
+
+    /// The agent this session acts as under `config`, or why it may not act.
+    pub fn agent(&self, config: &Config) -> Result<AgentName, McpError> {
+        match (&config.agents, &self.token) {
+            (Some(agents), Some(t)) => agents.authenticate(t.trim()).ok_or_else(|| {
+                McpError::new(
+                    ErrorCode(-32001),
+                    "unknown agent token: the agents file in force has no agent with this token; make one with `approval-server agent add NAME` and pass it with --token or APPROVAL_AGENT_TOKEN",
+                    None,
+                )
+            }),
+            (Some(_), None) => Err(McpError::new(
+                ErrorCode(-32001),
+                "the service has an agents file, so this stdio session needs a token: pass --token or set APPROVAL_AGENT_TOKEN (from `approval-server agent add NAME`)",
+                None,
+            )),
+            (None, _) => AgentName::parse("local").map_err(|e| {
+                McpError::internal_error(format!("no local identity: {e}"), None)
+            }),
+        }
+    }
+}
+
+/// `<data>/endpoint.json`: where the server that holds the folder listens.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The server's process id (informative: liveness is checked over HTTP).
+    pub pid: u32,
+    /// The store's `server_id`, as `/healthz` reports it.
+    pub server_id: String,
+    /// The MCP endpoint, e.g. `http://127.0.0.1:4800/mcp`.
+    pub mcp: String,
+    /// The approver API base URL, e.g. `http://127.0.0.1:4800`.
+    pub approver: String,
+}
+
+/// The file name of the endpoint file inside the data folder.
+pub const ENDPOINT_FILE: &str = "endpoint.json";
+
+/// A published endpoint file; removed when dropped (at shutdown).
+#[derive(Debug)]
+pub struct Published {
+    path: PathBuf,
+}
+
+impl Published {
+    /// Removes the endpoint file (the service stopped listening).
+    pub fn withdraw(self) {}
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot remove the endpoint file");
+            }
+        }
+    }
+}
+
+/// An address a local client can connect to: the unspecified address becomes loopback.
+fn connectable(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
+        }
+        _ => addr,
+    }
+}
+
+fn url_host(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("{}:{}", a.ip(), a.port()),
+        SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+/// Whether `url` is `http://` to a loopback address (the only kind we publish).
+fn is_loopback_url(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    host == "localhost"
+        || host
+            .parse::<IpAddr>()
+            .map(|ip| ip.is_loopback())
+            .unwrap_or(false)
+}
+
+impl Endpoint {
+    /// Writes `<data>/endpoint.json` (atomically: a temporary file renamed over it).
+    pub fn publish(
+        data: &Path,
+        mcp: SocketAddr,
+        approver: SocketAddr,
+        svc: &Service,
+    ) -> anyhow::Result<Published> {
+        let ep = Endpoint {
+            pid: std::process::id(),
+            server_id: svc.store().server_id().to_string(),
+            mcp: format!("http://{}/mcp", url_host(connectable(mcp))),
+            approver: format!("http://{}", url_host(connectable(approver))),
+        };
+        let path = data.join(ENDPOINT_FILE);
+        let tmp = data.join(format!("{ENDPOINT_FILE}.{}.tmp", std::process::id()));
+        let text = serde_json::to_string(&ep)? + "\n";
+        std::fs::write(&tmp, text)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .with_context(|| format!("cannot write the endpoint file {}", path.display()))?;
+        Ok(Published { path })
+    }
+
+    /// Reads `<data>/endpoint.json`: `Ok(None)` when there is none.
+    pub fn read(data: &Path) -> Result<Option<Endpoint>, String> {
+        let path = data.join(ENDPOINT_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t)
+                .map(Some)
+                .map_err(|e| format!("{} is not an endpoint file: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// Whether the server this file names is up: a loopback address whose
+    /// `/healthz` answers with the same `server_id`. `Err` says why not.
+    pub async fn check_live(&self) -> Result<(), String> {
+        if !is_loopback_url(&self.mcp) || !is_loopback_url(&self.approver) {
+            return Err(format!(
+                "the endpoint file names a non-loopback address ({}); only loopback endpoints are joined: pass --connect URL to use it",
+                self.mcp
+            ));
+        }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let resp = client
+            .get(format!("{}/healthz", self.approver))
+            .send()
+            .await
+            .map_err(|e| format!("nothing answers at {}: {e}", self.approver))?;
+        let v: Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("{}/healthz is not ours: {e}", self.approver))?;
+        match v.get("server_id").and_then(Value::as_str) {
+            Some(id) if id == self.server_id => Ok(()),
+            other => Err(format!(
+                "{}/healthz reports server_id {other:?}, the endpoint file {:?}",
+                self.approver, self.server_id
+            )),
+        }
+    }
+}
+
+/// Whether another process holds the store's lock (sled takes an exclusive `flock`
+/// on `<data>/store/db` for as long as it has the store open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    Free,
+    Held,
+}
+
+fn lock_state(data: &Path) -> Lock {
+    let db = data.join("store").join("db");
+    let Ok(f) = std::fs::OpenOptions::new().read(true).open(&db) else {
+        return Lock::Free;
+    };
+    match f.try_lock() {
+        Ok(()) => Lock::Free, // released when `f` drops, below
+        Err(std::fs::TryLockError::WouldBlock) => Lock::Held,
+        Err(std::fs::TryLockError::Error(_)) => Lock::Free,
+    }
+}
+
+/// Runs `approval-server stdio`.
+pub async fn run(opts: StdioOptions) -> anyhow::Result<()> {
+    if let Some(url) = opts.connect.clone() {
+        return crate::bridge::run(url, opts.token.clone()).await;
+    }
+    let deadline = tokio::time::Instant::now() + JOIN_WAIT;
+    loop {
+        if lock_state(&opts.data) == Lock::Free {
+            match Embedded::start(&opts).await? {
+                Some(embedded) => return embedded.run().await,
+                None => continue, // someone took the lock first: join them
+            }
+        }
+        let why_not_joined = match Endpoint::read(&opts.data) {
+            Ok(Some(ep)) => match ep.check_live().await {
+                Ok(()) => {
+                    eprintln!(
+                        "joining the approval service that holds {} (pid {}): {} (its own policies, keys and agents apply)",
+                        opts.data.display(),
+                        ep.pid,
+                        ep.mcp
+                    );
+                    return crate::bridge::run(ep.mcp, opts.token.clone()).await;
+                }
+                Err(e) => e,
+            },
+            Ok(None) => "no endpoint file".to_owned(),
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the data folder {} is locked by another process, and it publishes no live endpoint ({why_not_joined}): stop that process (an `approval-server audit` run holds the lock too), or pass --connect URL",
+                opts.data.display()
+            );
+        }
+        // The holder may be starting: it publishes its endpoint once it listens.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The service running in this process.
+struct Embedded {
+    serve: ServeOptions,
+    svc: Arc<Service>,
+    identity: Identity,
+}
+
+impl Embedded {
+    /// Opens the store and loads the rules; `Ok(None)` when another process took
+    /// the lock between our look and our open.
+    async fn start(opts: &StdioOptions) -> anyhow::Result<Option<Self>> {
+        let listen = match opts.listen {
+            Some(a) => a,
+            None => match std::net::TcpListener::bind(DEFAULT_LISTEN) {
+                Ok(_) => DEFAULT_LISTEN,
+                Err(e) => {
+                    eprintln!(
+                        "{DEFAULT_LISTEN} is not free ({e}); listening on a free loopback port instead (pass --listen to choose)"
+                    );
+                    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)
+                }
+            },
+        };
+        let serve = ServeOptions {
+            data: opts.data.clone(),
+            source: ConfigSource {
+                policies: opts.policies.clone(),
+                keys: opts.keys.clone(),
+                agents: opts.agents.clone(),
+                embedded_policies: None,
+            },
+            listen,
+            approver_listen: None,
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            demo_keys: None,
+            limits: Default::default(),
+        };
+        let svc = match run::start(&serve).await {
+            Ok(svc) => svc,
+            Err(e) if lock_state(&opts.data) == Lock::Held => {
+                tracing::debug!(error = %e, "the store was taken first; joining");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if let Ok(Some(old)) = Endpoint::read(&opts.data) {
+            eprintln!(
+                "stale endpoint file in {} (pid {}, {}): its server is gone; replacing it",
+                opts.data.display(),
+                old.pid,
+                old.mcp
+            );
+        }
+        let identity = Identity::new(opts.token.clone());
+        let config = svc.config();
+        match (&config.agents, &opts.token) {
+            (Some(_), _) => {
+                identity.agent(&config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            }
+            (None, Some(_)) => eprintln!(
+                "note: no --agents file, so the token is not checked and this session acts as `local`"
+            ),
+            (None, None) => {}
+        }
+        Ok(Some(Self {
+            serve,
+            svc,
+            identity,
+        }))
+    }
+
+    /// Serves stdin/stdout and the listener until stdin closes (or a signal).
+    async fn run(self) -> anyhow::Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut server = tokio::spawn(run::serve_until(
+            self.serve,
+            self.svc.clone(),
+            Announce::Stderr,
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
+        let (reader, writer) = rmcp::transport::io::stdio_pipes();
+        let session = serve_lines(self.svc, self.identity, reader, writer);
+        tokio::select! {
+            r = session => {
+                let _ = stop_tx.send(());
+                server.await.context("the service task failed")??;
+                r
+            }
+            r = &mut server => {
+                // A signal (or a listener that could not start) ended the service.
+                r.context("the service task failed")?
+            }
+        }
+    }
+}
+
+/// Requests handed to rmcp and not yet answered: stdin closing waits for them.
+#[derive(Default)]
+struct Pending {
+    ids: Mutex<HashSet<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Pending {
+    fn add(&self, id: String) {
+        if let Ok(mut s) = self.ids.lock() {
+            s.insert(id);
+        }
+    }
+    fn done(&self, id: &str) {
+        if let Ok(mut s) = self.ids.lock() {
+            s.remove(id);
+        }
+        self.changed.notify_waiters();
+    }
+    async fn drained(&self) {
+        loop {
+            let notified = self.changed.notified();
+            if self.ids.lock().map(|s| s.is_empty()).unwrap_or(true) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Largest line accepted on stdin: the same bound as an HTTP request body.
+pub const MAX_LINE: usize = crate::http::MAX_MCP_BODY;
+
+/// Reads one line of at most [`MAX_LINE`] bytes (without its newline). `Ok(None)` at
+/// end of input; `Ok(Some(Err(n)))` for a longer line, which is skipped.
+async fn next_line<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), usize>>> {
+    buf.clear();
+    let n = (&mut *r)
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', buf)
+        .await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        return Ok(Some(Ok(())));
+    }
+    if buf.len() <= MAX_LINE {
+        return Ok(Some(Ok(()))); // the last line, without a newline
+    }
+    // Too long: skip to the end of the line without keeping it.
+    let mut skipped = buf.len();
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            break;
+        }
+        match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                skipped += i;
+                r.consume(i + 1);
+                break;
+            }
+            None => {
+                let l = chunk.len();
+                skipped += l;
+                r.consume(l);
+            }
+        }
+    }
+    buf.clear();
+    Ok(Some(Err(skipped)))
+}
+
+fn rpc_error(id: Value, code: i64, message: String) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// The protocol version a line asks for, per request (2026-07-28) or by `initialize`.
+fn version_of(v: &Value) -> Option<String> {
+    v.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .or_else(|| {
+            (v.get("method") == Some(&json!("initialize")))
+                .then(|| v.pointer("/params/protocolVersion"))
+                .flatten()
+        })
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Serves MCP over newline-delimited JSON on `reader`/`writer` until the reader
+/// ends and every request read has its answer. Each line gets the exact-JSON
+/// check of the HTTP front ([`crate::http`]) before rmcp parses it, so a payload
+/// is refused the same way on both transports.
+pub async fn serve_lines<R, W>(
+    svc: Arc<Service>,
+    identity: Identity,
+    reader: R,
+    writer: W,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
+    let write_task = tokio::spawn(async move {
+        let mut w = writer;
+        while let Some(mut line) = out_rx.recv().await {
+            line.push('\n');
+            if w.write_all(line.as_bytes()).await.is_err() || w.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let pending = Arc::new(Pending::default());
+    let sink = {
+        let state = (out_tx.clone(), pending.clone());
+        Box::pin(futures::sink::unfold(
+            state,
+            |(tx, pending), msg: TxJsonRpcMessage<RoleServer>| async move {
+                let id = match &msg {
+                    JsonRpcMessage::Response(r) => Some(r.id.clone()),
+                    JsonRpcMessage::Error(e) => e.id.clone(),
+                    _ => None,
+                };
+                let line = serde_json::to_string(&msg).map_err(std::io::Error::other)?;
+                let sent = tx.send(line).await;
+                if let Some(id) = id {
+                    pending.done(&serde_json::to_string(&id).unwrap_or_default());
+                }
+                sent.map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout closed")
+                })?;
+                Ok::<_, std::io::Error>((tx, pending))
+            },
+        ))
+    };
+    let (in_tx, in_rx) = mpsc::channel::<RxJsonRpcMessage<RoleServer>>(256);
+    let read_task = tokio::spawn(read_lines(reader, in_tx, out_tx.clone(), pending.clone()));
+    drop(out_tx);
+    let stream = tokio_stream::wrappers::ReceiverStream::new(in_rx);
+    let handler = McpHandler::for_stdio(svc, identity);
+    match rmcp::serve_server(handler, (sink, stream)).await {
+        Ok(running) => {
+            if let Err(e) = running.waiting().await {
+                tracing::warn!(error = %e, "the stdio session ended with an error");
+            }
+        }
+        // stdin closed (or broke) before `initialize`: nothing to serve.
+        Err(e) => tracing::info!(error = %e, "the stdio session ended before it began"),
+    }
+    let read = read_task.await.context("the stdin reader failed")?;
+    let _ = write_task.await;
+    read.context("cannot read stdin")
+}
+
+async fn read_lines<R: AsyncRead + Unpin>(
+    reader: R,
+    to_rmcp: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    out: mpsc::Sender<String>,
+    pending: Arc<Pending>,
+) -> std::io::Result<()> {
+    let mut r = BufReader::new(reader);
+    let mut buf = Vec::new();
+    let mut negotiated: Option<String> = None;
+    while let Some(line) = next_line(&mut r, &mut buf).await? {
+        if let Err(n) = line {
+            let _ = out
+                .send(rpc_error(
+                    Value::Null,
+                    -32600,
+                    format!("message of {n} bytes, over the {MAX_LINE}-byte limit"),
+                ))
+                .await;
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&buf) else {
+            let _ = out
+                .send(rpc_error(
+                    Value::Null,
+                    -32700,
+                    "parse error: the line is not UTF-8".into(),
+                ))
+                .await;
+            continue;
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let loose: Option<Value> = if text.contains("\"initialize\"") {
+            serde_json::from_str(text).ok()
+        } else {
+            None
+        };
+        if let Some(v) = loose.as_ref().and_then(version_of) {
+            negotiated = Some(v);
+        }
+        if let Some(resp) = crate::http::check_request(text, false) {
+            // Refused before rmcp: answer here, with the request's id when it has one.
+            let v: Option<Value> = serde_json::from_str(text).ok();
+            let modern = v
+                .as_ref()
+                .and_then(version_of)
+                .or_else(|| negotiated.clone())
+                .is_some_and(|ver| ver.as_str() >= "2026-07-28");
+            let resp = if modern {
+                crate::http::check_request(text, true).unwrap_or(resp)
+            } else {
+                resp
+            };
+            let body = axum::body::to_bytes(resp.into_body(), MAX_LINE)
+                .await
+                .unwrap_or_default();
+            let mut answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            if answer.get("id") == Some(&Value::Null) {
+                if let Some(id) = v.as_ref().and_then(|v| v.get("id")) {
+                    answer["id"] = id.clone();
+                }
+            }
+            let _ = out.send(answer.to_string()).await;
+            continue;
+        }
+        match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(text) {
+            Ok(msg) => {
+                match &msg {
+                    JsonRpcMessage::Request(r) => {
+                        pending.add(serde_json::to_string(&r.id).unwrap_or_default())
+                    }
+                    // rmcp answers nothing to a cancelled request: stop waiting for it.
+                    JsonRpcMessage::Notification(_) if text.contains("notifications/cancelled") => {
+                        if let Some(id) = serde_json::from_str::<Value>(text)
+                            .ok()
+                            .and_then(|v| v.pointer("/params/requestId").cloned())
+                        {
+                            pending.done(&id.to_string());
+                        }
+                    }
+                    _ => {}
+                }
+                if to_rmcp.send(msg).await.is_err() {
+                    break; // the session ended
+                }
+            }
+            Err(e) => {
+                let id = serde_json::from_str::<Value>(text)
+                    .ok()
+                    .and_then(|v| v.get("id").cloned())
+                    .unwrap_or(Value::Null);
+                let _ = out
+                    .send(rpc_error(id, -32600, format!("invalid request: {e}")))
+                    .await;
+            }
+        }
+    }
+    // stdin closed: answer what was asked before ending the session.
+    pending.drained().await;
+    drop(to_rmcp);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_endpoints_are_joined() {
+        assert!(is_loopback_url("http://127.0.0.1:4800/mcp"));
+        assert!(is_loopback_url("http://[::1]:4800"));
+        assert!(is_loopback_url("http://localhost:4800/mcp"));
+        assert!(!is_loopback_url("http://10.0.0.1:4800/mcp"));
+        assert!(!is_loopback_url("https://127.0.0.1:4800/mcp"));
+        assert!(!is_loopback_url("http://127.0.0.1.evil.example/mcp"));
+    }
+
+    #[test]
+    fn unspecified_listen_addresses_are_published_as_loopback() {
+        let a: SocketAddr = "0.0.0.0:4800".parse().unwrap();
+        assert_eq!(url_host(connectable(a)), "127.0.0.1:4800");
+        let b: SocketAddr = "[::]:9".parse().unwrap();
+        assert_eq!(url_host(connectable(b)), "[::1]:9");
+    }
+
+    #[test]
+    fn the_protocol_version_comes_from_meta_or_initialize() {
+        let init = json!({"method": "initialize", "params": {"protocolVersion": "2025-06-18"}});
+        assert_eq!(version_of(&init).as_deref(), Some("2025-06-18"));
+        let call = json!({"method": "tools/call", "params": {"protocolVersion": "x", "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        assert_eq!(version_of(&call).as_deref(), Some("2026-07-28"));
+        assert_eq!(version_of(&json!({"method": "tools/call"})), None);
+    }
+}
