@@ -4,7 +4,7 @@ use anyhow::Context;
 use approval_server::config::ConfigSource;
 use approval_server::run::{self, ServeOptions};
 use approval_server::store::{SledStore, Store};
-use approval_server::{agents, audit, audit_remote, bridge, demo, init, stdio};
+use approval_server::{agents, audit, audit_remote, demo, init, stdio};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
