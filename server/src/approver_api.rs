@@ -7,12 +7,13 @@
 
 use crate::record::ProposalRecord;
 use crate::service::{Service, ServiceError};
+use crate::throttle::ConnectionId;
 use approval_core::message::{ReadAuth, ReadAuthError, SignedDecision};
 use approval_core::quorum::QuorumOutcome;
 use approval_core::status::Status;
 use approval_core::{ApproverName, Code, Timestamp};
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, OriginalUri, Path, Query, State};
+use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -21,7 +22,6 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,9 +93,9 @@ pub fn router(svc: Arc<Service>) -> Router {
         .with_state(state)
 }
 
-/// The client's address, when the listener recorded it: failed signatures are
-/// charged to it (see [`crate::throttle`]).
-pub struct Source(pub Option<IpAddr>);
+/// The connection a request came on, when the listener numbered it: failed
+/// signatures are charged to it (see [`crate::throttle`]).
+pub struct Source(pub Option<ConnectionId>);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Source {
     type Rejection = std::convert::Infallible;
@@ -104,12 +104,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Source {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(Source(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+        Ok(Source(parts.extensions.get::<ConnectionId>().copied()))
     }
 }
 
@@ -138,10 +133,7 @@ async fn authenticate(
     let unauthorized =
         |e: ReadAuthError| ApiError(ServiceError::new(Code::Unauthorized, e.to_string()));
     let auth = ReadAuth::parse(header).map_err(unauthorized)?;
-    let source = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let source = parts.extensions.get::<ConnectionId>().copied();
     let forgeries = st.svc.forgeries();
     forgeries.admit(source, st.svc.now()).await;
     let who = auth

@@ -52,6 +52,9 @@ pub const PRESSURE_AT: usize = MAX_CONNECTIONS * 3 / 4;
 /// for any real client on a slow link to send a request head, short enough to
 /// recycle slots.
 pub const PRESSURED_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Concurrent HTTP/2 streams per connection (hyper's default is 200): bounds how much
+/// work one connection can keep waiting, e.g. paced forgeries (see crate::throttle).
+pub const MAX_HTTP2_STREAMS: u32 = 32;
 /// How often an HTTP/2 connection with a stream open is pinged...
 pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// ...and how long the peer has to answer before the connection is closed.
@@ -148,7 +151,8 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
         b.http2()
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
-            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT)
+            .max_concurrent_streams(MAX_HTTP2_STREAMS);
         b
     };
     let (relaxed, pressured) = (
@@ -186,12 +190,15 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
             (&relaxed, HEADER_READ_TIMEOUT)
         };
         let state = Arc::new(ConnState::new(accepted));
+        // Failed signatures are charged to the connection (crate::throttle), never reused.
+        let conn_id = crate::throttle::ConnectionId::next();
         let svc = {
             let (router, state) = (router.clone(), state.clone());
             tower::service_fn(move |req: Request<Incoming>| {
                 let in_flight = state.begin();
                 let mut req = req.map(Body::new);
                 req.extensions_mut().insert(ConnectInfo(addr));
+                req.extensions_mut().insert(conn_id);
                 let router = router.clone();
                 async move {
                     let res = router.oneshot(req).await?;

@@ -850,13 +850,13 @@ impl Service {
     }
 
     /// Records a signed decision (idempotently) and applies what it causes. A failed
-    /// signature is charged to `source` (the client's address), never to the approver
+    /// signature is charged to `source` (the client's connection), never to the approver
     /// named: a decision that verifies is always heard (see [`crate::throttle`]).
     pub async fn decide(
         &self,
         id: &str,
         d: SignedDecision,
-        source: Option<std::net::IpAddr>,
+        source: Option<crate::throttle::ConnectionId>,
     ) -> Result<Decided, ServiceError> {
         let config = self.config();
         let forbidden = |m: String| ServiceError::new(Code::InvalidSignature, m);

@@ -766,14 +766,12 @@ async fn forged_signatures_in_one_name_never_lock_out_a_genuine_signature() {
         assert_eq!(code, 401, "forged read {i}: {v}");
     }
     assert_eq!(s.snapshot(), before, "nothing was recorded");
-    let loopback = Some(std::net::IpAddr::from([127, 0, 0, 1]));
     assert!(
-        s.svc
-            .forgeries()
-            .over_budget(loopback, approval_core::Timestamp::from_unix(s.now())),
-        "the forging address is over its budget"
+        s.svc.forgeries().tracked() >= 1,
+        "the forging connection was charged"
     );
-    // alice, from the same address, is still heard at once.
+    // alice is still heard, even on the very connection that forged (paced, never
+    // refused); a connection of her own would not even be paced.
     let (code, v) = s.get_signed_as("alice", "alice", s.now(), &path).await;
     assert_eq!(code, 200, "{v}");
     let genuine = Srv::signed("alice", Decision::Approve, &hash, "").to_string();

@@ -446,17 +446,73 @@ async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> a
     let forged_decision = json!({
         "approver": "carol", "decision": "reject", "reason": "", "signature": zeros,
     });
-    let http = reqwest::Client::builder()
-        .timeout(approval_e2e::STEP_TIMEOUT)
-        .build()?;
     let sent = Arc::new(AtomicUsize::new(0));
     // The flood goes on until carol has her answer (and at least FORGERIES were sent),
     // so her decision always meets it, however fast the machine.
     let carol_answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut flood = tokio::task::JoinSet::new();
-    for _ in 0..WORKERS {
+    // Three kinds of forger: half the workers keep one connection each (paced once over
+    // budget), half open a new connection for every forgery (never paced, verified at
+    // once), and an HTTP/2 client keeps many streams of forged reads in flight and
+    // cancels them (the attack on the earlier, address-wide queue: dropped waiters
+    // pushed later turns back until a genuine veto timed out).
+    let pooled = reqwest::Client::builder()
+        .timeout(approval_e2e::STEP_TIMEOUT)
+        .build()?;
+    let fresh = reqwest::Client::builder()
+        .timeout(approval_e2e::STEP_TIMEOUT)
+        .pool_max_idle_per_host(0)
+        .build()?;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(std::time::Duration::from_millis(100))
+        .build()?;
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    {
+        let (h2, api, id, zeros, carol_answered, cancelled) = (
+            h2.clone(),
+            server.api_url.clone(),
+            id.clone(),
+            zeros.clone(),
+            carol_answered.clone(),
+            cancelled.clone(),
+        );
+        flood.spawn(async move {
+            while !carol_answered.load(Ordering::SeqCst) {
+                let mut burst = tokio::task::JoinSet::new();
+                for _ in 0..200 {
+                    let (h2, url) = (h2.clone(), format!("{api}/v1/proposals/{id}"));
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)?
+                        .as_secs();
+                    let auth = format!("Approval carol {now} {zeros}");
+                    burst.spawn(
+                        async move { h2.get(url).header("Authorization", auth).send().await },
+                    );
+                }
+                while let Some(r) = burst.join_next().await {
+                    match r? {
+                        Ok(resp) => anyhow::ensure!(
+                            (400..500).contains(&resp.status().as_u16()),
+                            "an HTTP/2 forgery answered {}",
+                            resp.status()
+                        ),
+                        Err(_) => {
+                            cancelled.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>(0)
+        });
+    }
+    for worker in 0..WORKERS {
         let (http, sent, api, id, carol_answered) = (
-            http.clone(),
+            if worker % 2 == 0 {
+                pooled.clone()
+            } else {
+                fresh.clone()
+            },
             sent.clone(),
             server.api_url.clone(),
             id.clone(),
@@ -507,7 +563,10 @@ async fn forged_signatures_in_an_approvers_name_cannot_silence_their_veto() -> a
         .await?;
     let took = started.elapsed();
     carol_answered.store(true, Ordering::SeqCst);
-    eprintln!("carol's genuine reject during the flood answered in {took:?}");
+    eprintln!(
+        "carol's genuine reject during the flood answered in {took:?} ({} HTTP/2 forgeries cancelled so far)",
+        cancelled.load(Ordering::SeqCst)
+    );
     assert_eq!(status, 200, "carol's genuine reject during the flood: {v}");
     assert_eq!(v["recorded"], true, "{v}");
     assert!(
