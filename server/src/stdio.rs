@@ -155,21 +155,20 @@ fn url_host(addr: SocketAddr) -> String {
     }
 }
 
-/// Whether `url` is `http://` to a loopback address (the only kind we publish).
+/// Whether `url` is `http://` to a loopback address (the only kind we publish), read
+/// by the same URL parser the HTTP client uses, so that what is checked is what is
+/// dialled: `http://127.0.0.1:1@evil.example/` has the host `evil.example`. A URL with
+/// user information is refused outright (we never publish one).
 fn is_loopback_url(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
+    let Ok(u) = reqwest::Url::parse(url) else {
         return false;
     };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.split(':').next().unwrap_or_default(),
-    };
-    host == "localhost"
-        || host
-            .parse::<IpAddr>()
-            .map(|ip| ip.is_loopback())
-            .unwrap_or(false)
+    if u.scheme() != "http" || !u.username().is_empty() || u.password().is_some() {
+        return false;
+    }
+    let host = u.host_str().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Endpoint {
@@ -677,6 +676,12 @@ mod tests {
         assert!(!is_loopback_url("http://10.0.0.1:4800/mcp"));
         assert!(!is_loopback_url("https://127.0.0.1:4800/mcp"));
         assert!(!is_loopback_url("http://127.0.0.1.evil.example/mcp"));
+        // User information before the host (review finding: the old text split read the
+        // host as 127.0.0.1 while a URL parser dials evil.example).
+        assert!(!is_loopback_url("http://127.0.0.1:1@evil.example/mcp"));
+        assert!(!is_loopback_url("http://localhost:x@10.0.0.5:4800/mcp"));
+        assert!(!is_loopback_url("http://[::1]@evil.example/mcp"));
+        assert!(!is_loopback_url("http://user@127.0.0.1:4800/mcp"));
     }
 
     #[test]
