@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod command;
+pub mod mcp;
 mod note;
 mod webhook;
 
@@ -32,6 +33,9 @@ pub struct ExecReport {
     pub detail: String,
     /// Digest of what was read back, where the executor reads back.
     pub readback_sha256: Option<Sha256Hex>,
+    /// The structured result, where the executor has one (the `mcp` executor's tool
+    /// result: `content`, `structuredContent`, `isError`), bounded in size.
+    pub output: Option<Value>,
 }
 
 impl ExecReport {
@@ -40,6 +44,7 @@ impl ExecReport {
             outcome,
             detail: excerpt(&detail.into()),
             readback_sha256: None,
+            output: None,
         }
     }
 }
@@ -124,6 +129,7 @@ pub async fn run(
             )
             .await
         }
+        ExecutorConfig::Mcp { .. } => mcp::call(cfg, payload).await,
     }
 }
 

@@ -45,6 +45,7 @@ pub(super) async fn note(dir: &Path, id: &ProposalId, payload: &Value) -> ExecRe
                 back.len()
             ),
             readback_sha256: Some(Sha256Hex::digest(&back)),
+            output: None,
         },
         Ok(back) => ExecReport {
             outcome: Outcome::Failed,
@@ -54,6 +55,7 @@ pub(super) async fn note(dir: &Path, id: &ProposalId, payload: &Value) -> ExecRe
                 path.display()
             ),
             readback_sha256: Some(Sha256Hex::digest(&back)),
+            output: None,
         },
         Err(e) => ExecReport::new(
             Outcome::Failed,
