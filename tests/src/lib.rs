@@ -1064,3 +1064,70 @@ impl Signer {
         Ok(out.into())
     }
 }
+
+// ---------------------------------------------------------------------------
+// A real third-party MCP server, installed from npm
+// ---------------------------------------------------------------------------
+
+/// The reference filesystem MCP server the `mcp` executor is tested against, pinned.
+pub const FILESYSTEM_SERVER: &str = "@modelcontextprotocol/server-filesystem";
+/// Its exact version.
+pub const FILESYSTEM_SERVER_VERSION: &str = "2026.8.31";
+
+/// The `dist/index.js` of [`FILESYSTEM_SERVER`], installed with npm into
+/// `<checkout>/target/npm-downstream` on first use (once, under a lock shared by
+/// parallel tests and test binaries). Run it as `node <path> <allowed dir>`: no npx
+/// and no network at run time. Fails, naming the command, when npm is missing or the
+/// install fails: the test is never skipped.
+pub fn filesystem_server() -> Result<PathBuf> {
+    static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _in_process = ONCE.lock().unwrap_or_else(|p| p.into_inner());
+    let prefix = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("npm-downstream");
+    std::fs::create_dir_all(&prefix)
+        .with_context(|| format!("cannot create {}", prefix.display()))?;
+    let package = prefix.join("node_modules").join(FILESYSTEM_SERVER);
+    let index = package.join("dist").join("index.js");
+    let installed = || -> bool {
+        std::fs::read_to_string(package.join("package.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v["version"] == FILESYSTEM_SERVER_VERSION)
+            && index.is_file()
+    };
+    // Across test binaries: an exclusive lock on a file next to the install.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(prefix.join(".install.lock"))?;
+    lock.lock()
+        .with_context(|| format!("cannot lock {}", prefix.display()))?;
+    if !installed() {
+        let spec = format!("{FILESYSTEM_SERVER}@{FILESYSTEM_SERVER_VERSION}");
+        let shown = format!(
+            "npm install --no-audit --no-fund --prefix {} {spec}",
+            prefix.display()
+        );
+        let out = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg(&spec)
+            .output()
+            .with_context(|| {
+                format!("cannot run `{shown}`: the mcp executor tests need node and npm on PATH")
+            })?;
+        if !out.status.success() || !installed() {
+            bail!(
+                "`{shown}` failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let _ = lock.unlock();
+    Ok(index)
+}
