@@ -110,24 +110,6 @@ pub async fn fetch(server: &str, key: &Path) -> anyhow::Result<AuditLog> {
     Ok((parse_entries(&body)?, parse_head(&head)?))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heads_parse_and_bad_ones_are_refused() {
-        assert_eq!(parse_head("none").unwrap(), None);
-        let h = "ab".repeat(32);
-        assert_eq!(
-            parse_head(&format!("3 {h}")).unwrap(),
-            Some((3, Sha256Hex::parse(&h).unwrap()))
-        );
-        assert!(parse_head("3").is_err());
-        assert!(parse_head(&format!("x {h}")).is_err());
-        assert!(parse_head("3 zz").is_err());
-    }
-}
-
 /// The server id a signed read covers, from the server's `GET /healthz` (the read
 /// signature binds it, so the header cannot be replayed to another server).
 async fn server_id(client: &reqwest::Client, base: &str) -> anyhow::Result<ServerId> {
@@ -146,4 +128,22 @@ async fn server_id(client: &reqwest::Client, base: &str) -> anyhow::Result<Serve
         anyhow::anyhow!("{url} has no server_id: not an approval gate's approver API")
     })?;
     ServerId::parse(id).map_err(|e| anyhow::anyhow!("{url}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_head("none").unwrap(), None);
+        let h = "ab".repeat(32);
+        assert_eq!(
+            parse_head(&format!("3 {h}")).unwrap(),
+            Some((3, Sha256Hex::parse(&h).unwrap()))
+        );
+        assert!(parse_head("3").is_err());
+        assert!(parse_head(&format!("x {h}")).is_err());
+        assert!(parse_head("3 zz").is_err());
+    }
 }
