@@ -208,8 +208,7 @@ async fn mcp_hanging_downstream_is_outcome_unknown_after_the_timeout() -> anyhow
     // A downstream that cannot start: its kind is disabled, not enabled unchecked.
     w.write_policy(
         "gone.call.toml",
-        &format!(
-            r#"
+        r#"
 kind = "gone.call"
 quorum = 1
 approvers = ["alice"]
@@ -218,8 +217,7 @@ type = "mcp"
 command = ["/nonexistent/mcp-server"]
 tool = "x"
 payload_schema_from_tool = true
-"#
-        ),
+"#,
     )?;
     let server = w.start()?;
     let mcp = server.mcp().await?;
@@ -362,5 +360,81 @@ async fn import_tools_writes_one_policy_per_tool_and_never_overwrites() -> anyho
         w.keys.as_os_str(),
     ])?;
     assert!(check.status.success(), "{check}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn mcp_url_downstream_gets_its_header_from_the_gate_environment() -> anyhow::Result<()> {
+    // The downstream: another gate's Streamable HTTP /mcp, which wants a bearer token.
+    let down = World::new(&["carol"])?;
+    down.write_policy(
+        "note.write.toml",
+        "kind = \"note.write\"\nquorum = 1\napprovers = [\"carol\"]\n[executor]\ntype = \"note\"\n",
+    )?;
+    let agents = down.path().join("agents");
+    let token = down.add_agent("robot", &agents)?;
+    let downstream = down.start_with_agents(&agents)?;
+
+    let w = World::new(&["alice", "bob"])?;
+    let policy = |kind: &str, extra: &str| {
+        format!(
+            r#"
+kind = "{kind}"
+quorum = 2
+approvers = ["alice", "bob"]
+[executor]
+type = "mcp"
+url = "{}"
+tool = "approval_list"
+timeout = "20s"
+{extra}
+"#,
+            downstream.mcp_url
+        )
+    };
+    w.write_policy(
+        "down.list.toml",
+        &policy(
+            "down.list",
+            "headers_from = { Authorization = \"DOWN_AUTH\" }",
+        ),
+    )?;
+    w.write_policy("down.anonymous.toml", &policy("down.anonymous", ""))?;
+    // The secret lives in the gate's environment, never in the policy.
+    let server = Server::start_via(
+        &approval_e2e::ServerOptions {
+            data: w.data.clone(),
+            policies: w.policies.clone(),
+            keys: w.keys.clone(),
+            agents: None,
+        },
+        &[
+            "/usr/bin/env".into(),
+            format!("DOWN_AUTH=Bearer {token}").into(),
+        ],
+    )?;
+    let mcp = server.mcp().await?;
+
+    let (id, hash) = approved(&w, &server, &mcp, "down.list", json!({})).await?;
+    let r = mcp.execute(&id, &hash).await?;
+    r.expect("SUCCEEDED", false);
+    let output = &r.structured["result"]["output"];
+    assert_eq!(
+        output["structuredContent"]["code"], "OK",
+        "the downstream's own structured result: {output}"
+    );
+
+    // Without the header the downstream refuses the session: nothing was sent.
+    let (id, hash) = approved(&w, &server, &mcp, "down.anonymous", json!({})).await?;
+    let r = mcp.execute(&id, &hash).await?;
+    assert_eq!(r.status(), "FAILED", "{}", r.structured);
+    assert!(
+        r.structured["result"]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nothing was sent"),
+        "{}",
+        r.structured
+    );
     Ok(())
 }
