@@ -390,3 +390,67 @@ pub(super) async fn call(cfg: &ExecutorConfig, payload: &Value) -> ExecReport {
     let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use approval_core::Seconds;
+
+    #[test]
+    fn large_results_are_kept_as_an_excerpt_with_size_and_digest() {
+        let small = serde_json::json!({"content": [{"type": "text", "text": "ok"}]});
+        assert_eq!(bounded_output(&small), small);
+        assert_eq!(text_of(&small), "ok");
+        let big = serde_json::json!({
+            "content": [{"type": "text", "text": "x".repeat(OUTPUT_LIMIT)}],
+            "isError": true
+        });
+        let kept = bounded_output(&big);
+        assert_eq!(kept["truncated"], true);
+        assert_eq!(kept["isError"], true);
+        let full = serde_json::to_string(&big).unwrap();
+        assert_eq!(kept["bytes"], full.len());
+        assert_eq!(
+            kept["sha256"],
+            Sha256Hex::digest(full.as_bytes()).to_string()
+        );
+        assert!(serde_json::to_string(&kept).unwrap().len() < DETAIL_LIMIT + 400);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_sent_when_the_server_cannot_start_or_a_variable_is_missing() {
+        let cfg = |program: &str, env_from: &[(&str, &str)]| ExecutorConfig::Mcp {
+            command: Some(vec![program.to_owned()]),
+            url: None,
+            tool: "t".into(),
+            timeout: Seconds::new(5),
+            env_from: env_from
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            headers_from: Default::default(),
+            payload_schema_from_tool: false,
+        };
+        let p = serde_json::json!({});
+        let r = call(&cfg("/nonexistent/server", &[]), &p).await;
+        assert_eq!(r.outcome, Outcome::Failed);
+        assert!(r.detail.starts_with("nothing was sent"), "{}", r.detail);
+        let r = call(
+            &cfg(
+                "/bin/cat",
+                &[("TOKEN", "APPROVAL_TEST_SURELY_UNSET_VARIABLE")],
+            ),
+            &p,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Failed);
+        assert!(
+            r.detail.contains("APPROVAL_TEST_SURELY_UNSET_VARIABLE"),
+            "{}",
+            r.detail
+        );
+        // Arguments must be an object.
+        let r = call(&cfg("/bin/cat", &[]), &serde_json::json!([1])).await;
+        assert!(r.detail.starts_with("nothing was sent"), "{}", r.detail);
+    }
+}
