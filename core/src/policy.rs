@@ -637,6 +637,12 @@ impl Policy {
                 limit: self.spec.max_payload_bytes,
             });
         }
+        if self.spec.executor.mcp_tool().is_some() && !payload.is_object() {
+            return Err(PayloadRefusal::Schema {
+                pointer: String::new(),
+                message: "this kind calls a downstream MCP tool, whose arguments are a JSON object: send an object".into(),
+            });
+        }
         if let Some(schema) = &self.schema {
             if let Some(e) = schema.iter_errors(payload).next() {
                 return Err(PayloadRefusal::Schema {
@@ -1488,6 +1494,11 @@ type = "note"
         assert!(p.check_payload(&json!({"path": "a"})).is_ok());
         assert!(matches!(
             p.check_payload(&json!({"content": "a"})),
+            Err(PayloadRefusal::Schema { .. })
+        ));
+        // A tool's arguments are an object, whatever the schema says.
+        assert!(matches!(
+            p.check_payload(&json!(["a"])),
             Err(PayloadRefusal::Schema { .. })
         ));
         // The policy carried in a receipt (schema filled in) still validates.

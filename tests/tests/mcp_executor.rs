@@ -438,3 +438,69 @@ timeout = "20s"
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn mcp_schema_from_an_unreachable_tool_disables_the_kind_until_a_reload_reaches_it(
+) -> anyhow::Result<()> {
+    let w = World::new(&["alice", "bob"])?;
+    let (script, log) = hanging_server(&w)?;
+    // The server's script is not there yet: the tool's inputSchema cannot be read.
+    let later = w.path().join("later-mcp.js");
+    w.write_policy(
+        "slow.call.toml",
+        &mcp_policy(
+            "slow.call",
+            &[&later, &log],
+            "slow",
+            "10s",
+            "payload_schema_from_tool = true",
+        ),
+    )?;
+    let server = w.start()?;
+    let mcp = server.mcp().await?;
+    let refused = mcp.prepare("slow.call", json!({"n": 1}), "early").await?;
+    refused.expect("KIND_DISABLED", true);
+    assert!(
+        refused
+            .structured
+            .to_string()
+            .contains("payload_schema_from_tool"),
+        "{}",
+        refused.structured
+    );
+
+    std::fs::copy(&script, &later)?;
+    server.sighup()?;
+    let ok = poll_until(
+        "the kind to be enabled by the reload",
+        Duration::from_secs(20),
+        || async {
+            let r = mcp
+                .prepare("slow.call", json!({"n": 2}), "after reload")
+                .await?;
+            Ok((r.code() != "KIND_DISABLED").then_some(r))
+        },
+    )
+    .await?;
+    ok.expect("PENDING_QUORUM", false);
+    // The fetched schema is in the policy the approvers see and sign.
+    let shown = w
+        .signer("alice", &server)
+        .ok(&["--json", "show", &ok.proposal_id()])
+        .await?
+        .json()?;
+    assert_eq!(
+        shown["policy"]["payload_schema"],
+        json!({"type": "object"}),
+        "{shown}"
+    );
+    // Not an object: refused at prepare, before anyone is asked to sign.
+    mcp.prepare("slow.call", json!([1]), "array")
+        .await?
+        .expect("INVALID_PAYLOAD", true);
+    assert!(
+        calls(&log).is_empty(),
+        "nothing may reach the tool at prepare"
+    );
+    Ok(())
+}
