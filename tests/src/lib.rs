@@ -1075,59 +1075,74 @@ pub const FILESYSTEM_SERVER: &str = "@modelcontextprotocol/server-filesystem";
 pub const FILESYSTEM_SERVER_VERSION: &str = "2026.8.31";
 
 /// The `dist/index.js` of [`FILESYSTEM_SERVER`], installed with npm into
-/// `<checkout>/target/npm-downstream` on first use (once, under a lock shared by
-/// parallel tests and test binaries). Run it as `node <path> <allowed dir>`: no npx
-/// and no network at run time. Fails, naming the command, when npm is missing or the
-/// install fails: the test is never skipped.
+/// `<checkout>/target/npm-downstream` on first use: once per process (under a mutex),
+/// and across processes by installing into a private folder that is renamed into place
+/// (a rename onto a folder another process already put there fails, and that one is
+/// used). Run it as `node <path> <allowed dir>`: no npx and no network at run time.
+/// Fails, naming the command, when npm is missing or the install fails: the tests are
+/// never skipped.
 pub fn filesystem_server() -> Result<PathBuf> {
     static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _in_process = ONCE.lock().unwrap_or_else(|p| p.into_inner());
-    let prefix = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let target = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
-        .join("target")
-        .join("npm-downstream");
-    std::fs::create_dir_all(&prefix)
-        .with_context(|| format!("cannot create {}", prefix.display()))?;
-    let package = prefix.join("node_modules").join(FILESYSTEM_SERVER);
-    let index = package.join("dist").join("index.js");
-    let installed = || -> bool {
+        .join("target");
+    let prefix = target.join("npm-downstream");
+    let index_in = |prefix: &Path| {
+        prefix
+            .join("node_modules")
+            .join(FILESYSTEM_SERVER)
+            .join("dist")
+            .join("index.js")
+    };
+    let installed = |prefix: &Path| -> bool {
+        let package = prefix.join("node_modules").join(FILESYSTEM_SERVER);
         std::fs::read_to_string(package.join("package.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .is_some_and(|v| v["version"] == FILESYSTEM_SERVER_VERSION)
-            && index.is_file()
+            && index_in(prefix).is_file()
     };
-    // Across test binaries: an exclusive lock on a file next to the install.
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(prefix.join(".install.lock"))?;
-    lock.lock()
-        .with_context(|| format!("cannot lock {}", prefix.display()))?;
-    if !installed() {
-        let spec = format!("{FILESYSTEM_SERVER}@{FILESYSTEM_SERVER_VERSION}");
-        let shown = format!(
-            "npm install --no-audit --no-fund --prefix {} {spec}",
+    if installed(&prefix) {
+        return Ok(index_in(&prefix));
+    }
+    let private = target.join(format!("npm-downstream.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::create_dir_all(&private)
+        .with_context(|| format!("cannot create {}", private.display()))?;
+    let spec = format!("{FILESYSTEM_SERVER}@{FILESYSTEM_SERVER_VERSION}");
+    let shown = format!(
+        "npm install --no-audit --no-fund --prefix {} {spec}",
+        private.display()
+    );
+    let out = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&private)
+        .arg(&spec)
+        .output()
+        .with_context(|| {
+            format!("cannot run `{shown}`: the mcp executor tests need node and npm on PATH")
+        })?;
+    if !out.status.success() || !installed(&private) {
+        bail!(
+            "`{shown}` failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A stale, incomplete install is replaced; a complete one put there meanwhile wins.
+    if prefix.exists() && !installed(&prefix) {
+        let _ = std::fs::remove_dir_all(&prefix);
+    }
+    if std::fs::rename(&private, &prefix).is_err() {
+        let _ = std::fs::remove_dir_all(&private);
+    }
+    if !installed(&prefix) {
+        bail!(
+            "{} holds no {spec} after `{shown}` and a rename into place",
             prefix.display()
         );
-        let out = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&prefix)
-            .arg(&spec)
-            .output()
-            .with_context(|| {
-                format!("cannot run `{shown}`: the mcp executor tests need node and npm on PATH")
-            })?;
-        if !out.status.success() || !installed() {
-            bail!(
-                "`{shown}` failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
     }
-    let _ = lock.unlock();
-    Ok(index)
+    Ok(index_in(&prefix))
 }
