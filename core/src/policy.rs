@@ -91,6 +91,58 @@ pub enum ExecutorConfig {
         #[serde(default = "default_command_timeout")]
         timeout: Seconds,
     },
+    /// Calls one tool of a downstream MCP server, once, with the payload as its
+    /// `arguments`. Exactly one of `command` (a stdio server the gate starts) and `url`
+    /// (a Streamable HTTP server) is set.
+    Mcp {
+        /// The server's command line: program (an absolute path, or a name looked up
+        /// in the gate's `PATH`) and arguments, run without a shell.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<Vec<String>>,
+        /// `http://` or `https://` URL of a Streamable HTTP MCP endpoint.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        /// The downstream tool's name.
+        tool: String,
+        /// Time-out for the whole exchange, start to result (default 60s).
+        #[serde(default = "default_command_timeout")]
+        timeout: Seconds,
+        /// Child environment variables, each taken from the named variable of the gate's
+        /// own environment (`{ CHILD_VAR = "GATE_VAR" }`): secrets stay out of policies,
+        /// which approvers read. Only with `command`.
+        #[serde(default)]
+        env_from: BTreeMap<String, String>,
+        /// Request headers, each taken from the named variable of the gate's own
+        /// environment (`{ Authorization = "GATE_VAR" }`). Only with `url`.
+        #[serde(default)]
+        headers_from: BTreeMap<String, String>,
+        /// Take the payload schema from the tool's `inputSchema` (fetched when the
+        /// policies load; the fetched schema becomes the policy's `payload_schema`, so
+        /// approvers sign it along with the rest).
+        #[serde(default)]
+        payload_schema_from_tool: bool,
+    },
+}
+
+impl ExecutorConfig {
+    /// Whether the payload schema is to be taken from a downstream MCP tool.
+    pub fn schema_from_tool(&self) -> bool {
+        matches!(
+            self,
+            ExecutorConfig::Mcp {
+                payload_schema_from_tool: true,
+                ..
+            }
+        )
+    }
+
+    /// The downstream MCP tool behind this executor, if any.
+    pub fn mcp_tool(&self) -> Option<&str> {
+        match self {
+            ExecutorConfig::Mcp { tool, .. } => Some(tool),
+            _ => None,
+        }
+    }
 }
 
 /// A policy's data in canonical form: what the file says, with defaults filled in.
@@ -362,7 +414,29 @@ impl Policy {
                 });
             }
         }
+        if spec.executor.schema_from_tool() && spec.payload_schema.is_some() {
+            return Err(PolicyError {
+                file: file.to_owned(),
+                line: line_in_table(src, "executor", "payload_schema_from_tool")
+                    .or_else(|| line_of_table(src, "payload_schema")),
+                message: "payload_schema and executor.payload_schema_from_tool = true are both set: keep one (the tool's inputSchema, or your own schema)".into(),
+            });
+        }
         Self::from_spec_inner(spec, file, Some(src))
+    }
+
+    /// Whether this policy waits for its payload schema from a downstream tool
+    /// (`payload_schema_from_tool = true`, not fetched yet): such a policy is never
+    /// enabled, so no payload goes unchecked.
+    pub fn needs_tool_schema(&self) -> bool {
+        self.spec.executor.schema_from_tool() && self.spec.payload_schema.is_none()
+    }
+
+    /// This policy with the payload schema fetched from its downstream tool.
+    pub fn with_tool_schema(&self, schema: Value) -> Result<Self, PolicyError> {
+        let mut spec = self.spec.clone();
+        spec.payload_schema = Some(schema);
+        Self::from_spec_inner(spec, "<tool inputSchema>", None)
     }
 
     /// Validates a policy given in canonical JSON form (as carried by a receipt).
@@ -563,6 +637,12 @@ impl Policy {
                 limit: self.spec.max_payload_bytes,
             });
         }
+        if self.spec.executor.mcp_tool().is_some() && !payload.is_object() {
+            return Err(PayloadRefusal::Schema {
+                pointer: String::new(),
+                message: "this kind calls a downstream MCP tool, whose arguments are a JSON object: send an object".into(),
+            });
+        }
         if let Some(schema) = &self.schema {
             if let Some(e) = schema.iter_errors(payload).next() {
                 return Err(PayloadRefusal::Schema {
@@ -650,8 +730,105 @@ fn check_executor(e: &ExecutorConfig) -> Result<(), (&'static str, String, Strin
                 ));
             }
         }
+        ExecutorConfig::Mcp {
+            command,
+            url,
+            tool,
+            timeout,
+            env_from,
+            headers_from,
+            payload_schema_from_tool: _,
+        } => {
+            match (command, url) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(at(
+                        "command",
+                        "an mcp executor needs exactly one of command = [\"program\", \"arg\", ...] (a stdio server) and url = \"https://...\" (a Streamable HTTP server)".into(),
+                    ))
+                }
+                (Some(c), None) => {
+                    if c.is_empty() || c[0].is_empty() {
+                        return Err(at(
+                            "command",
+                            "executor.command is empty: give the program and its arguments".into(),
+                        ));
+                    }
+                    if c.iter().any(|a| a.contains('\0')) {
+                        return Err(at("command", "executor.command may not contain NUL".into()));
+                    }
+                    if !headers_from.is_empty() {
+                        return Err(at(
+                            "headers_from",
+                            "executor.headers_from is for url servers: a command server gets env_from".into(),
+                        ));
+                    }
+                }
+                (None, Some(u)) => {
+                    if !is_http_url(u) {
+                        return Err(at(
+                            "url",
+                            format!("executor.url {u:?} must be an http:// or https:// URL"),
+                        ));
+                    }
+                    if !env_from.is_empty() {
+                        return Err(at(
+                            "env_from",
+                            "executor.env_from is for command servers: a url server gets headers_from".into(),
+                        ));
+                    }
+                }
+            }
+            if tool.is_empty() || tool.chars().any(|c| c.is_control()) {
+                return Err(at(
+                    "tool",
+                    "executor.tool must name the downstream tool (see `approval-server import-tools`)".into(),
+                ));
+            }
+            if *timeout > MAX_EXECUTOR_TIMEOUT || timeout.get() == 0 {
+                return Err(at(
+                    "timeout",
+                    format!("executor.timeout {timeout} must be between 1s and 1h"),
+                ));
+            }
+            for (k, v) in env_from {
+                if !is_env_name(k) || !is_env_name(v) {
+                    return Err(at(
+                        "env_from",
+                        format!("executor.env_from entry {k:?} = {v:?}: both sides must be environment variable names (letters, digits, _), the value naming a variable of the gate's environment, never a secret itself"),
+                    ));
+                }
+            }
+            for (k, v) in headers_from {
+                let name_ok = !k.is_empty()
+                    && k.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !name_ok || !is_env_name(v) {
+                    return Err(at(
+                        "headers_from",
+                        format!("executor.headers_from entry {k:?} = {v:?}: the key must be an HTTP header name and the value the name of an environment variable of the gate, never a secret itself"),
+                    ));
+                }
+            }
+        }
     }
     Ok(())
+}
+
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    rest.is_some_and(|r| {
+        !r.is_empty()
+            && !r.starts_with('/')
+            && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+    })
+}
+
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// A kind whose policy names approvers the keyring does not hold: it cannot be
@@ -668,6 +845,9 @@ pub struct DisabledKind {
     file: String,
     line: Option<usize>,
     missing: Vec<ApproverName>,
+    /// Set when the kind waits for its payload schema from a downstream MCP tool
+    /// (`payload_schema_from_tool = true`) that could not be fetched: why.
+    downstream: Option<String>,
 }
 
 impl DisabledKind {
@@ -686,8 +866,23 @@ impl DisabledKind {
         &self.missing
     }
 
+    /// Why the downstream tool's schema could not be had, when that is what disables
+    /// the kind.
+    pub fn downstream(&self) -> Option<&str> {
+        self.downstream.as_deref()
+    }
+
     /// Why the kind is disabled and how to enable it again, in one sentence.
     pub fn reason(&self) -> String {
+        if let (Some(why), true) = (&self.downstream, self.missing.is_empty()) {
+            return format!(
+                "kind {} is disabled: its policy takes the payload schema from the downstream tool {:?} (payload_schema_from_tool = true), which could not be read: {why}; \
+                 make the downstream server reachable (or set payload_schema yourself in {}), then reload",
+                self.kind(),
+                self.policy.spec().executor.mcp_tool().unwrap_or(""),
+                self.file
+            );
+        }
         let names = self
             .missing
             .iter()
@@ -705,6 +900,13 @@ impl DisabledKind {
     /// The same as a policy error with the file and the `approvers` line, for a strict
     /// check (`approval-server check`) that must fail while any kind is disabled.
     pub fn to_error(&self) -> PolicyError {
+        if self.missing.is_empty() {
+            return PolicyError {
+                file: self.file.clone(),
+                line: None,
+                message: self.reason(),
+            };
+        }
         let names = self
             .missing
             .iter()
@@ -840,7 +1042,19 @@ impl PolicySet {
                 .filter(|a| !keyring.contains(a))
                 .cloned()
                 .collect();
-            if missing.is_empty() {
+            if missing.is_empty() && policy.needs_tool_schema() {
+                // Never enabled without the schema it was written to enforce.
+                set.disabled.insert(
+                    kind.clone(),
+                    DisabledKind {
+                        policy,
+                        file: source.file.clone(),
+                        line: source.approvers_line,
+                        missing,
+                        downstream: Some("its inputSchema has not been fetched yet".into()),
+                    },
+                );
+            } else if missing.is_empty() {
                 set.by_kind.insert(kind.clone(), policy);
             } else {
                 set.disabled.insert(
@@ -850,6 +1064,7 @@ impl PolicySet {
                         file: source.file.clone(),
                         line: source.approvers_line,
                         missing,
+                        downstream: None,
                     },
                 );
             }
@@ -875,6 +1090,48 @@ impl PolicySet {
             }
         }
         Self::partition(all, keyring)
+    }
+
+    /// The policies that wait for their payload schema from a downstream MCP tool
+    /// (`payload_schema_from_tool = true`) and have all their approvers: the server
+    /// fetches each tool's `inputSchema` and passes the answers to
+    /// [`PolicySet::with_tool_schemas`].
+    pub fn awaiting_tool_schema(&self) -> impl Iterator<Item = &Policy> {
+        self.disabled
+            .values()
+            .filter(|d| d.missing.is_empty() && d.policy.needs_tool_schema())
+            .map(|d| d.policy.as_ref())
+    }
+
+    /// This set with the downstream tools' input schemas: a kind whose schema arrived
+    /// (and compiles) is enabled under a policy whose `payload_schema` is that schema;
+    /// one whose fetch failed stays disabled with the reason. Kinds not named are
+    /// unchanged.
+    pub fn with_tool_schemas(&self, fetched: BTreeMap<Kind, Result<Value, String>>) -> Self {
+        let mut set = self.clone();
+        for (kind, answer) in fetched {
+            let Some(d) = set.disabled.get_mut(&kind) else {
+                continue;
+            };
+            if !d.missing.is_empty() || !d.policy.needs_tool_schema() {
+                continue;
+            }
+            match answer.and_then(|schema| {
+                d.policy.with_tool_schema(schema).map_err(|e| {
+                    format!(
+                        "the tool's inputSchema is not a usable JSON Schema: {}",
+                        e.message
+                    )
+                })
+            }) {
+                Ok(p) => {
+                    set.disabled.remove(&kind);
+                    set.by_kind.insert(kind, Arc::new(p));
+                }
+                Err(why) => d.downstream = Some(why),
+            }
+        }
+        set
     }
 
     /// The policy for a kind, if it is enabled. A disabled kind has none.
@@ -1157,5 +1414,98 @@ type = "note"
             e.pointer(),
             format!("/deep{}", "/0".repeat(MAX_PAYLOAD_NESTING - 1))
         );
+    }
+
+    fn mcp_policy(executor: &str) -> String {
+        format!(
+            "kind = \"fs.write\"\nquorum = 1\napprovers = [\"alice\"]\n[executor]\ntype = \"mcp\"\n{executor}"
+        )
+    }
+
+    #[test]
+    fn mcp_executor_loads_and_refuses_what_cannot_run() {
+        let ok = Policy::parse_toml(
+            "fs.write.toml",
+            &mcp_policy("command = [\"node\", \"server.js\", \"/srv\"]\ntool = \"write_file\"\nenv_from = { API_TOKEN = \"FS_TOKEN\" }\n"),
+        )
+        .unwrap();
+        assert_eq!(ok.spec().executor.mcp_tool(), Some("write_file"));
+        assert_eq!(ok.canonical_json()["executor"]["timeout"], json!("1m"));
+        assert!(ok.canonical_json()["executor"].get("url").is_none());
+        let refused = |exec: &str, needle: &str| {
+            let e = Policy::parse_toml("fs.write.toml", &mcp_policy(exec)).unwrap_err();
+            assert!(e.message.contains(needle), "{exec}: {e}");
+            assert!(e.line.is_some(), "{exec}: {e}");
+        };
+        refused("tool = \"t\"\n", "exactly one of command");
+        refused(
+            "command = [\"x\"]\nurl = \"http://h/mcp\"\ntool = \"t\"\n",
+            "exactly one of command",
+        );
+        refused("command = []\ntool = \"t\"\n", "command is empty");
+        refused("url = \"ftp://h\"\ntool = \"t\"\n", "http:// or https://");
+        refused("command = [\"x\"]\ntool = \"\"\n", "executor.tool");
+        // A secret written into a policy (which approvers read) is refused: only names.
+        refused(
+            "command = [\"x\"]\ntool = \"t\"\nenv_from = { API_TOKEN = \"sk-live 123\" }\n",
+            "never a secret",
+        );
+        refused(
+            "url = \"https://h/mcp\"\ntool = \"t\"\nheaders_from = { Authorization = \"Bearer abc\" }\n",
+            "never a secret",
+        );
+        refused(
+            "url = \"https://h/mcp\"\ntool = \"t\"\nenv_from = { A = \"B\" }\n",
+            "env_from is for command servers",
+        );
+        refused("command = [\"x\"]\ntool = \"t\"\ntimeout = \"2h\"\n", "1h");
+        let both = format!(
+            "{}payload_schema_from_tool = true\n[payload_schema]\ntype = \"object\"\n",
+            mcp_policy("command = [\"x\"]\ntool = \"t\"\n")
+        );
+        let e = Policy::parse_toml("fs.write.toml", &both).unwrap_err();
+        assert!(e.message.contains("keep one"), "{e}");
+    }
+
+    #[test]
+    fn payload_schema_from_tool_is_disabled_until_the_schema_arrives() {
+        let src = mcp_policy(
+            "command = [\"x\"]\ntool = \"write_file\"\npayload_schema_from_tool = true\n",
+        );
+        let files = vec![("fs.write.toml".to_owned(), src)];
+        let set = PolicySet::load_disabling(&files, &keyring()).unwrap();
+        let kind = Kind::parse("fs.write").unwrap();
+        // Never enabled without its schema: no payload goes unchecked.
+        assert!(set.get(&kind).is_none());
+        assert_eq!(set.awaiting_tool_schema().count(), 1);
+        let failed = set.with_tool_schemas(BTreeMap::from([(
+            kind.clone(),
+            Err("cannot start x: not found".to_owned()),
+        )]));
+        let KindState::Disabled(d) = failed.state(&kind) else {
+            panic!("should stay disabled")
+        };
+        assert!(d.reason().contains("cannot start x"), "{}", d.reason());
+        assert!(d.reason().contains("write_file"), "{}", d.reason());
+        let schema = json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}});
+        let ok = set.with_tool_schemas(BTreeMap::from([(kind.clone(), Ok(schema.clone()))]));
+        let p = ok.get(&kind).expect("enabled once the schema arrived");
+        assert_eq!(p.canonical_json()["payload_schema"], schema);
+        assert!(p.check_payload(&json!({"path": "a"})).is_ok());
+        assert!(matches!(
+            p.check_payload(&json!({"content": "a"})),
+            Err(PayloadRefusal::Schema { .. })
+        ));
+        // A tool's arguments are an object, whatever the schema says.
+        assert!(matches!(
+            p.check_payload(&json!(["a"])),
+            Err(PayloadRefusal::Schema { .. })
+        ));
+        // The policy carried in a receipt (schema filled in) still validates.
+        assert!(Policy::from_canonical_json(p.canonical_json()).is_ok());
+        // A keyring reload keeps the fetched schema.
+        assert!(ok.rechecked(&keyring()).get(&kind).is_some());
+        let bad = set.with_tool_schemas(BTreeMap::from([(kind.clone(), Ok(json!({"type": 7})))]));
+        assert!(bad.get(&kind).is_none());
     }
 }

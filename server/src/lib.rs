@@ -18,6 +18,7 @@ pub mod executor;
 pub mod failstop;
 pub mod http;
 pub mod identity;
+pub mod import_tools;
 pub mod init;
 pub mod listener;
 pub mod mcp;

@@ -129,6 +129,27 @@ enum Command {
         #[command(subcommand)]
         action: AgentAction,
     },
+    /// Write one commented policy per tool of a downstream MCP server (kind
+    /// `<prefix>.<tool>`, an `mcp` executor; approvers and quorum to fill in). Never
+    /// overwrites a file.
+    ImportTools {
+        /// Folder to write the policies into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Kind prefix: the kinds are `<prefix>.<tool>`.
+        #[arg(long, default_value = "mcp")]
+        prefix: String,
+        /// A Streamable HTTP MCP endpoint, e.g. https://tools.example.com/mcp
+        #[arg(long, conflicts_with = "command", required_unless_present = "command")]
+        url: Option<String>,
+        /// A stdio MCP server's command line, run without a shell. Put it last: every
+        /// argument after --command is part of it.
+        #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
+        command: Option<Vec<String>>,
+        /// Seconds to wait for the server's tool list.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
 }
 
 /// Where the audit log is read from.
@@ -295,6 +316,54 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             println!("{}", init::next_steps(&dir));
             Ok(ExitCode::SUCCESS)
         }
+        Command::ImportTools {
+            out,
+            prefix,
+            url,
+            command,
+            timeout,
+        } => {
+            logging("warn");
+            use approval_server::executor::mcp::Downstream;
+            use approval_server::import_tools::{import, Imported};
+            let downstream = match (command, url) {
+                (Some(argv), _) => Downstream::Command {
+                    argv,
+                    env_from: Default::default(),
+                },
+                (None, Some(url)) => Downstream::Url {
+                    url,
+                    headers_from: Default::default(),
+                },
+                (None, None) => anyhow::bail!("give --command PROGRAM ARGS... or --url URL"),
+            };
+            let done = import(
+                &downstream,
+                &out,
+                &prefix,
+                std::time::Duration::from_secs(timeout),
+            )
+            .await?;
+            let mut wrote = 0;
+            for d in &done {
+                match d {
+                    Imported::Wrote(p) => {
+                        wrote += 1;
+                        println!("wrote {}", p.display())
+                    }
+                    Imported::Kept(p) => {
+                        println!("kept {} (exists; not overwritten)", p.display())
+                    }
+                    Imported::Skipped { tool, why } => println!("skipped tool {tool:?}: {why}"),
+                }
+            }
+            println!(
+                "{wrote} new policies in {}: fill in approvers and quorum in each, then run `approval-server check --policies {}`",
+                out.display(),
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { rules, agents } => {
             let source = ConfigSource {
                 policies: rules.policies.clone(),
@@ -302,7 +371,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 agents,
                 embedded_policies: None,
             };
-            match source.load() {
+            match source.load_resolved().await {
                 Ok(c) => {
                     let kinds: Vec<String> = c
                         .policies

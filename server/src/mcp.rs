@@ -154,6 +154,10 @@ pub struct ResultOut {
     pub detail: String,
     /// Digest of what was read back, if any.
     pub readback_sha256: Option<String>,
+    /// The structured result, where the executor has one: an `mcp` executor's tool
+    /// result (`content`, `structuredContent`, `isError`), bounded in size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
     /// When it finished.
     pub finished_at: String,
 }
@@ -236,6 +240,18 @@ fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
             Arc::new(m)
         }
         _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// What the agent is told about a kind: the policy's description, and for a kind
+/// backed by a downstream MCP tool, which tool (the payload is its `arguments`).
+pub fn kind_description(spec: &approval_core::policy::PolicySpec) -> String {
+    match spec.executor.mcp_tool() {
+        Some(tool) => format!(
+            "runs the downstream MCP tool `{tool}` once approved, the payload being its arguments: {}",
+            spec.description
+        ),
+        None => spec.description.clone(),
     }
 }
 
@@ -420,6 +436,7 @@ impl McpHandler {
                     .unwrap_or_default(),
                 detail: r.detail.clone(),
                 readback_sha256: r.readback_sha256.map(|h| h.to_string()),
+                output: r.output.clone(),
                 finished_at: r.finished_at.to_string(),
             }),
             proposals: None,
@@ -604,7 +621,7 @@ impl ServerHandler for McpHandler {
             .config()
             .policies
             .iter()
-            .map(|p| (p.kind().to_string(), p.spec().description.clone()))
+            .map(|p| (p.kind().to_string(), kind_description(p.spec())))
             .collect();
         Ok(ListToolsResult::with_all_items(tools(&kinds)))
     }

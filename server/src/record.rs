@@ -61,6 +61,9 @@ pub struct ExecResult {
     pub detail: String,
     /// SHA-256 of what was read back, for executors that read back.
     pub readback_sha256: Option<Sha256Hex>,
+    /// The structured result, where the executor has one (an `mcp` tool's result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
     /// When it finished.
     pub finished_at: Timestamp,
 }

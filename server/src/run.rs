@@ -52,7 +52,8 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
     }
     let config = opts
         .source
-        .load()
+        .load_resolved()
+        .await
         .map_err(|e| anyhow::anyhow!("configuration refused: {}", opts.source.explain(&e)))?;
     // A policy naming an approver the keyring lacks disables its kind rather than
     // refusing to start, the same as on reload (see config.rs); say so loudly.

@@ -739,6 +739,7 @@ impl Service {
                     outcome: Outcome::Unknown,
                     detail: format!("executor crashed: {e}"),
                     readback_sha256: None,
+                    output: None,
                 },
             };
         tracing::info!(id = %claimed.id(), outcome = ?report.outcome, "executed");
@@ -753,6 +754,7 @@ impl Service {
                 outcome: report.outcome,
                 detail: report.detail.clone(),
                 readback_sha256: report.readback_sha256,
+                output: report.output.clone(),
                 finished_at: now,
             });
             let ev = Self::event(
@@ -1070,6 +1072,7 @@ impl Service {
                     outcome: Outcome::Unknown,
                     detail: "the server stopped while this ran; a human must check and resolve it (signer-cli resolve)".into(),
                     readback_sha256: None,
+                    output: None,
                     finished_at: now,
                 });
                 Ok(Some((next, vec![Self::event(AuditKind::Finished, cur, now, json!({"outcome": Outcome::Unknown, "why": "found EXECUTING at start-up"}))])))
@@ -1178,7 +1181,7 @@ impl Service {
         let Some(source) = &self.source else {
             return Ok(0);
         };
-        let (fresh, refused) = match source.load() {
+        let (fresh, refused) = match source.load_resolved().await {
             Ok(c) => (c, None),
             Err(e) => match source.load_keyring() {
                 Ok(keyring) => {

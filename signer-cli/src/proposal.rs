@@ -278,6 +278,43 @@ impl Checked {
                 s.push_str(&format!(" (timeout {})", timeout.to_spec()));
                 s
             }
+            ExecutorConfig::Mcp {
+                command,
+                url,
+                tool,
+                timeout,
+                env_from,
+                headers_from,
+                payload_schema_from_tool: _,
+            } => {
+                // The approver sees which tool of which server receives the payload
+                // as its arguments, and the names (never values) of what the gate adds.
+                let mut s = format!("mcp tool {} of ", quote(tool));
+                match (command, url) {
+                    (Some(argv), _) => {
+                        s.push_str("the stdio server");
+                        for a in argv {
+                            s.push(' ');
+                            s.push_str(&quote(a));
+                        }
+                    }
+                    (None, Some(u)) => s.push_str(&format!("the server at {}", escape(u))),
+                    (None, None) => s.push_str("no server"),
+                }
+                s.push_str(&format!(
+                    ", payload sent as its arguments (timeout {})",
+                    timeout.to_spec()
+                ));
+                if !env_from.is_empty() {
+                    let names: Vec<String> = env_from.keys().map(|k| escape(k)).collect();
+                    s.push_str(&format!(", environment {}", names.join(", ")));
+                }
+                if !headers_from.is_empty() {
+                    let names: Vec<String> = headers_from.keys().map(|k| escape(k)).collect();
+                    s.push_str(&format!(", headers {}", names.join(", ")));
+                }
+                s
+            }
         }
     }
 

@@ -1207,3 +1207,85 @@ impl Signer {
         Ok(out.into())
     }
 }
+
+// ---------------------------------------------------------------------------
+// A real third-party MCP server, installed from npm
+// ---------------------------------------------------------------------------
+
+/// The reference filesystem MCP server the `mcp` executor is tested against, pinned.
+pub const FILESYSTEM_SERVER: &str = "@modelcontextprotocol/server-filesystem";
+/// Its exact version.
+pub const FILESYSTEM_SERVER_VERSION: &str = "2026.8.31";
+
+/// The `dist/index.js` of [`FILESYSTEM_SERVER`], installed with npm into
+/// `<checkout>/target/npm-downstream` on first use: once per process (under a mutex),
+/// and across processes by installing into a private folder that is renamed into place
+/// (a rename onto a folder another process already put there fails, and that one is
+/// used). Run it as `node <path> <allowed dir>`: no npx and no network at run time.
+/// Fails, naming the command, when npm is missing or the install fails: the tests are
+/// never skipped.
+pub fn filesystem_server() -> Result<PathBuf> {
+    static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _in_process = ONCE.lock().unwrap_or_else(|p| p.into_inner());
+    let target = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target");
+    let prefix = target.join("npm-downstream");
+    let index_in = |prefix: &Path| {
+        prefix
+            .join("node_modules")
+            .join(FILESYSTEM_SERVER)
+            .join("dist")
+            .join("index.js")
+    };
+    let installed = |prefix: &Path| -> bool {
+        let package = prefix.join("node_modules").join(FILESYSTEM_SERVER);
+        std::fs::read_to_string(package.join("package.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v["version"] == FILESYSTEM_SERVER_VERSION)
+            && index_in(prefix).is_file()
+    };
+    if installed(&prefix) {
+        return Ok(index_in(&prefix));
+    }
+    let private = target.join(format!("npm-downstream.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::create_dir_all(&private)
+        .with_context(|| format!("cannot create {}", private.display()))?;
+    let spec = format!("{FILESYSTEM_SERVER}@{FILESYSTEM_SERVER_VERSION}");
+    let shown = format!(
+        "npm install --no-audit --no-fund --prefix {} {spec}",
+        private.display()
+    );
+    let out = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&private)
+        .arg(&spec)
+        .output()
+        .with_context(|| {
+            format!("cannot run `{shown}`: the mcp executor tests need node and npm on PATH")
+        })?;
+    if !out.status.success() || !installed(&private) {
+        bail!(
+            "`{shown}` failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A stale, incomplete install is replaced; a complete one put there meanwhile wins.
+    if prefix.exists() && !installed(&prefix) {
+        let _ = std::fs::remove_dir_all(&prefix);
+    }
+    if std::fs::rename(&private, &prefix).is_err() {
+        let _ = std::fs::remove_dir_all(&private);
+    }
+    if !installed(&prefix) {
+        bail!(
+            "{} holds no {spec} after `{shown}` and a rename into place",
+            prefix.display()
+        );
+    }
+    Ok(index_in(&prefix))
+}

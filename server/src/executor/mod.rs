@@ -11,9 +11,13 @@ use approval_core::receipt::Receipt;
 use approval_core::status::Outcome;
 use approval_core::{ProposalId, Sha256Hex};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod command;
+pub mod mcp;
+mod note;
+mod webhook;
 
 /// The longest excerpt of output kept with a result.
 pub const DETAIL_LIMIT: usize = 4096;
@@ -29,14 +33,18 @@ pub struct ExecReport {
     pub detail: String,
     /// Digest of what was read back, where the executor reads back.
     pub readback_sha256: Option<Sha256Hex>,
+    /// The structured result, where the executor has one (the `mcp` executor's tool
+    /// result: `content`, `structuredContent`, `isError`), bounded in size.
+    pub output: Option<Value>,
 }
 
 impl ExecReport {
-    fn new(outcome: Outcome, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(outcome: Outcome, detail: impl Into<String>) -> Self {
         Self {
             outcome,
             detail: excerpt(&detail.into()),
             readback_sha256: None,
+            output: None,
         }
     }
 }
@@ -87,14 +95,14 @@ pub async fn run(
                 .as_ref()
                 .map(PathBuf::from)
                 .unwrap_or_else(|| ctx.data_dir.join("sandbox"));
-            note(&dir, id, payload).await
+            note::note(&dir, id, payload).await
         }
         ExecutorConfig::Webhook {
             url,
             timeout,
             headers,
         } => {
-            webhook(
+            webhook::webhook(
                 ctx,
                 url,
                 Duration::from_secs(timeout.get()),
@@ -110,7 +118,7 @@ pub async fn run(
             args,
             timeout,
         } => {
-            command(
+            command::command(
                 ctx,
                 program,
                 args,
@@ -121,260 +129,7 @@ pub async fn run(
             )
             .await
         }
-    }
-}
-
-/// Writes one new file and reads it back.
-async fn note(dir: &Path, id: &ProposalId, payload: &Value) -> ExecReport {
-    let text = match payload.get("text").and_then(Value::as_str) {
-        Some(t) => t.to_owned(),
-        None => serde_json::to_string_pretty(payload).unwrap_or_default(),
-    };
-    if let Err(e) = tokio::fs::create_dir_all(dir).await {
-        return ExecReport::new(
-            Outcome::Failed,
-            format!("cannot create {}: {e}", dir.display()),
-        );
-    }
-    let path = dir.join(format!("{id}.txt"));
-    let written = async {
-        let mut f = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await?;
-        f.write_all(text.as_bytes()).await?;
-        f.sync_all().await
-    }
-    .await;
-    if let Err(e) = written {
-        return ExecReport::new(
-            Outcome::Failed,
-            format!("cannot write {}: {e}", path.display()),
-        );
-    }
-    match tokio::fs::read(&path).await {
-        Ok(back) if back == text.as_bytes() => ExecReport {
-            outcome: Outcome::Succeeded,
-            detail: format!(
-                "wrote {} ({} bytes), read back identical",
-                path.display(),
-                back.len()
-            ),
-            readback_sha256: Some(Sha256Hex::digest(&back)),
-        },
-        Ok(back) => ExecReport {
-            outcome: Outcome::Failed,
-            detail: format!(
-                "read back {} bytes from {} that differ from what was written",
-                back.len(),
-                path.display()
-            ),
-            readback_sha256: Some(Sha256Hex::digest(&back)),
-        },
-        Err(e) => ExecReport::new(
-            Outcome::Failed,
-            format!("cannot read back {}: {e}", path.display()),
-        ),
-    }
-}
-
-/// POSTs `{payload, receipt}` once.
-async fn webhook(
-    ctx: &ExecContext,
-    url: &str,
-    timeout: Duration,
-    headers: &std::collections::BTreeMap<String, String>,
-    id: &ProposalId,
-    payload: &Value,
-    receipt: &Receipt,
-) -> ExecReport {
-    let body = serde_json::json!({ "payload": payload, "receipt": receipt });
-    let mut req = ctx
-        .http
-        .post(url)
-        .timeout(timeout)
-        .header("Idempotency-Key", id.as_str())
-        .json(&body);
-    for (k, v) in headers {
-        req = req.header(k, v);
-    }
-    let resp = match req.send().await {
-        Ok(r) => r,
-        Err(e) if e.is_connect() || e.is_builder() => {
-            return ExecReport::new(Outcome::Failed, format!("not sent: {}", causes(&e)));
-        }
-        Err(e) if e.is_timeout() => {
-            return ExecReport::new(
-                Outcome::Unknown,
-                format!(
-                    "no answer within {}s: the request may have been delivered and the receiver may have acted",
-                    timeout.as_secs()
-                ),
-            );
-        }
-        Err(e) => {
-            return ExecReport::new(
-                Outcome::Unknown,
-                format!("sent, then {}: the receiver may have acted", causes(&e)),
-            );
-        }
-    };
-    let status = resp.status();
-    let excerpt_body = read_bounded_response(resp).await;
-    let outcome = if status.is_success() {
-        Outcome::Succeeded
-    } else {
-        Outcome::Failed
-    };
-    ExecReport::new(outcome, format!("HTTP {status}: {excerpt_body}"))
-}
-
-/// An error and its causes, for the stored detail: reqwest's own text ("error sending
-/// request for url ...") does not say whether the connection was reset or refused, and a
-/// human settling an OUTCOME_UNKNOWN needs to know.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(c) = next {
-        let t = c.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        next = c.source();
-    }
-    text
-}
-
-async fn read_bounded_response(mut resp: reqwest::Response) -> String {
-    let mut buf = Vec::new();
-    while buf.len() < READ_LIMIT {
-        match resp.chunk().await {
-            Ok(Some(c)) => buf.extend_from_slice(&c),
-            _ => break,
-        }
-    }
-    buf.truncate(READ_LIMIT);
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        match r.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                // Keep draining past the limit so the child never blocks on a full pipe.
-                let room = READ_LIMIT.saturating_sub(out.len());
-                out.extend_from_slice(&chunk[..n.min(room)]);
-            }
-        }
-    }
-    out
-}
-
-/// Runs a program without a shell.
-async fn command(
-    ctx: &ExecContext,
-    program: &str,
-    args: &[String],
-    timeout: Duration,
-    id: &ProposalId,
-    payload: &Value,
-    receipt: &Receipt,
-) -> ExecReport {
-    let receipts = ctx.data_dir.join("receipts");
-    let receipt_path = receipts.join(format!("{id}.json"));
-    let wrote = async {
-        tokio::fs::create_dir_all(&receipts).await?;
-        let text = serde_json::to_vec_pretty(receipt).map_err(std::io::Error::other)?;
-        tokio::fs::write(&receipt_path, text).await
-    }
-    .await;
-    if let Err(e) = wrote {
-        return ExecReport::new(
-            Outcome::Failed,
-            format!("not run: cannot write the receipt: {e}"),
-        );
-    }
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("APPROVAL_RECEIPT", &receipt_path)
-        .env("APPROVAL_PROPOSAL_ID", id.as_str())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return ExecReport::new(
-                Outcome::Failed,
-                format!("not run: cannot start {program}: {e}"),
-            )
-        }
-    };
-    let input = serde_json::to_vec(payload).unwrap_or_default();
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let feed = async move {
-        if let Some(mut s) = stdin {
-            // A program that does not read its input is not an error.
-            let _ = s.write_all(&input).await;
-        }
-    };
-    let out = async move {
-        match stdout {
-            Some(s) => read_bounded(s).await,
-            None => Vec::new(),
-        }
-    };
-    let err = async move {
-        match stderr {
-            Some(s) => read_bounded(s).await,
-            None => Vec::new(),
-        }
-    };
-    let run = async {
-        let (_, o, e, status) = tokio::join!(feed, out, err, child.wait());
-        (o, e, status)
-    };
-    match tokio::time::timeout(timeout, run).await {
-        Ok((o, e, Ok(status))) => {
-            let text = format!(
-                "exit {}; stdout: {}; stderr: {}",
-                status
-                    .code()
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "by signal".into()),
-                String::from_utf8_lossy(&o),
-                String::from_utf8_lossy(&e)
-            );
-            let outcome = if status.success() {
-                Outcome::Succeeded
-            } else {
-                Outcome::Failed
-            };
-            ExecReport::new(outcome, text)
-        }
-        Ok((_, _, Err(e))) => {
-            ExecReport::new(Outcome::Unknown, format!("lost track of {program}: {e}"))
-        }
-        Err(_) => {
-            let _ = child.kill().await;
-            ExecReport::new(
-                Outcome::Unknown,
-                format!(
-                    "{program} did not finish within {}s and was killed",
-                    timeout.as_secs()
-                ),
-            )
-        }
+        ExecutorConfig::Mcp { .. } => mcp::call(cfg, payload).await,
     }
 }
 
