@@ -32,6 +32,48 @@ use thiserror::Error;
 
 const ATTEST_PREFIX: &str = "approval-v1-attest";
 
+const HELLO_PREFIX: &str = "approval-v1-hello";
+
+/// Whether `challenge` is one a client may send to `GET /healthz?challenge=`: 16 to
+/// 128 characters of `A-Z a-z 0-9 - _` (so the signed text has one reading).
+pub fn valid_challenge(challenge: &str) -> bool {
+    (16..=128).contains(&challenge.len())
+        && challenge
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The text a server signs to prove, to a client that sent `challenge`, that it holds
+/// the identity key it publishes: `approval-v1-hello\n<server_id>\n<challenge>`.
+///
+/// `/healthz` is not signed, so without this anyone can replay a server's id and key
+/// (an impersonator on the port while the real server restarts, a network attacker)
+/// and pass a pin check; a fresh challenge makes the answer unreplayable.
+pub fn hello_message(server_id: &ServerId, challenge: &str) -> String {
+    format!("{HELLO_PREFIX}\n{server_id}\n{challenge}")
+}
+
+/// The server's answer to a challenge.
+pub fn prove_identity(key: &SigningKey, server_id: &ServerId, challenge: &str) -> Signature {
+    Signature(
+        key.sign(hello_message(server_id, challenge).as_bytes())
+            .to_bytes(),
+    )
+}
+
+/// Checks a server's answer to `challenge` against the key it presents.
+pub fn verify_identity(
+    server_key: &PublicKey,
+    server_id: &ServerId,
+    challenge: &str,
+    proof: &Signature,
+) -> Result<(), MessageError> {
+    if !valid_challenge(challenge) {
+        return Err(MessageError::BadSignature);
+    }
+    server_key.verify_strict(hello_message(server_id, challenge).as_bytes(), proof)
+}
+
 /// The exact text the server signs when it claims a proposal for execution.
 pub fn attestation_message(
     server_id: &ServerId,
@@ -310,5 +352,23 @@ mod tests {
             late.verify(&pk, &s, &p, &h, created, expires, within),
             Err(AttestationError::ApprovedOutsideLife { .. })
         ));
+    }
+
+    #[test]
+    fn identity_proofs_bind_key_server_and_challenge() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let public = PublicKey::from_signing_key(&key);
+        let id = ServerId::parse("srv-0123456789abcdef").unwrap();
+        let other = ServerId::parse("srv-fedcba9876543210").unwrap();
+        let c = "0123456789abcdef0123";
+        let proof = prove_identity(&key, &id, c);
+        assert!(verify_identity(&public, &id, c, &proof).is_ok());
+        assert!(verify_identity(&public, &other, c, &proof).is_err());
+        assert!(verify_identity(&public, &id, "0123456789abcdef0124", &proof).is_err());
+        let stranger = PublicKey::from_signing_key(&SigningKey::from_bytes(&[8; 32]));
+        assert!(verify_identity(&stranger, &id, c, &proof).is_err());
+        assert!(!valid_challenge("short"));
+        assert!(!valid_challenge("0123456789abcdef\nsrv-x"));
+        assert!(valid_challenge(c));
     }
 }

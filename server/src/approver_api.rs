@@ -268,11 +268,31 @@ async fn unknown_endpoint(method: Method, uri: OriginalUri) -> ApiError {
     ))
 }
 
-async fn healthz(State(st): State<ApiState>) -> Response {
+/// `GET /healthz[?challenge=C]`: what the server is; with a challenge, also `proof`,
+/// the identity key's signature over `approval-v1-hello\n<server_id>\n<C>`, so a client
+/// can check that the server holds the key it publishes (the rest of the answer is
+/// unsigned and could be replayed by anyone).
+async fn healthz(
+    State(st): State<ApiState>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
     let server_id = st.svc.store().server_id();
     // The key that signs execution attestations (`signer-cli verify --server-key`),
     // standard base64 of its 32 bytes like a keyring line; signer-cli pins it.
     let server_key = st.svc.identity().public_key();
+    let proof = match q.get("challenge") {
+        None => None,
+        Some(c) if approval_core::attestation::valid_challenge(c) => {
+            Some(st.svc.identity().prove(c).to_base64())
+        }
+        Some(_) => {
+            return ApiError(ServiceError::new(
+                Code::BadRequest,
+                "challenge must be 16 to 128 characters of A-Z, a-z, 0-9, '-' or '_'",
+            ))
+            .into_response()
+        }
+    };
     // Kinds disabled because their policy names an approver the keyring lacks: the
     // server still serves, but nothing of these kinds can be proposed.
     let disabled: Vec<Value> = st
@@ -282,20 +302,21 @@ async fn healthz(State(st): State<ApiState>) -> Response {
         .disabled()
         .map(|d| json!({"kind": d.kind(), "missing_approvers": d.missing(), "reason": d.reason()}))
         .collect();
+    let mut body = json!({"server_id": server_id, "server_key": server_key,
+                          "disabled_kinds": disabled});
+    if let Some(p) = proof {
+        body["proof"] = json!(p);
+    }
     match st.svc.store().failure() {
-        None => Json(
-            json!({"status": "ok", "server_id": server_id, "server_key": server_key,
-                            "disabled_kinds": disabled}),
-        )
-        .into_response(),
-        Some(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({"status": "failed", "server_id": server_id, "server_key": server_key,
-                        "why": why, "disabled_kinds": disabled}),
-            ),
-        )
-            .into_response(),
+        None => {
+            body["status"] = json!("ok");
+            Json(body).into_response()
+        }
+        Some(why) => {
+            body["status"] = json!("failed");
+            body["why"] = json!(why);
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
     }
 }
 

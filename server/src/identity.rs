@@ -148,6 +148,11 @@ impl ServerIdentity {
         &self.public
     }
 
+    /// Answers a client's `/healthz` challenge: proof that this process holds the key.
+    pub fn prove(&self, challenge: &str) -> approval_core::message::Signature {
+        approval_core::attestation::prove_identity(&self.key, &self.server_id, challenge)
+    }
+
     /// Signs the execution attestation for a claim.
     pub fn attest(
         &self,

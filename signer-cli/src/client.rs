@@ -225,8 +225,16 @@ impl Client {
 
     /// `GET /healthz`: what the server says it is (`server_id` and `server_key`),
     /// not yet compared with any pin.
+    ///
+    /// The answer must prove, by a signature over a fresh random challenge, that the
+    /// server holds the key it presents (`/healthz` is otherwise unsigned, so an
+    /// impersonator could replay it and pass the pin check).
     pub async fn identity(&self) -> Result<Identity> {
-        let url = self.url("/healthz")?;
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce)
+            .map_err(|e| network(format!("cannot make a random challenge: {e}")))?;
+        let challenge: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let url = self.url(&format!("/healthz?challenge={challenge}"))?;
         let resp = self
             .http
             .get(url)
@@ -265,6 +273,23 @@ impl Client {
         })?;
         let server_key = PublicKey::parse(key)
             .map_err(|e| network(format!("the server's /healthz server_key: {e}")))?;
+        let proof = v.get("proof").and_then(Value::as_str).ok_or_else(|| {
+            network(
+                "the server's /healthz answer has no proof of its identity key: the server is older than this signer-cli (upgrade it) or is not the approval server it claims to be; nothing was signed",
+            )
+        })?;
+        let proof_ok = approval_core::message::Signature::parse(proof)
+            .ok()
+            .is_some_and(|p| {
+                approval_core::attestation::verify_identity(&server_key, &server_id, &challenge, &p)
+                    .is_ok()
+            });
+        if !proof_ok {
+            return Err(refused(format!(
+                "the server at {} presents the identity {server_id} with key {server_key} but cannot prove it holds that key (its answer to a fresh challenge does not verify): it may be an impersonator replaying the real server's /healthz. Refused, nothing signed",
+                self.base()
+            )));
+        }
         Ok(Identity {
             server_id,
             server_key,

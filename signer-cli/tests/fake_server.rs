@@ -585,3 +585,44 @@ fn a_server_without_a_server_key_is_refused() {
     assert_eq!(r.code, 3, "{r:?}");
     assert_eq!(fake.state.reads.load(Ordering::SeqCst), 0);
 }
+
+/// Review finding on issue #11 item 7: the pin compared what an unsigned `/healthz`
+/// said, so an impersonator that replays the real server's answer (same id, same key)
+/// passed it. signer-cli now sends a fresh challenge and requires the server's proof
+/// that it holds the pinned key; a replayed proof is refused and nothing is signed.
+#[test]
+fn signer_cli_refuses_a_server_that_replays_the_pinned_healthz() {
+    let env = Env::new();
+    let key = env.key("alice");
+    let key = key.display().to_string();
+    let fake = Fake::start(SRV, good());
+    // The genuine server first: pinned, and a signed read goes through.
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let reads = fake.state.reads.load(Ordering::SeqCst);
+    // Now the same id and key, but a proof made for another challenge.
+    fake.replay_proof();
+    let r = env.run(&[
+        "approve", "p-1", "--server", &fake.url, "--key", &key, "--yes",
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("cannot prove it holds that key"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        fake.state.reads.load(Ordering::SeqCst),
+        reads,
+        "no signed read was sent"
+    );
+    assert_eq!(
+        fake.state.unauthorized.load(Ordering::SeqCst),
+        0,
+        "no signed read was even tried"
+    );
+    assert!(
+        fake.state.posts.lock().expect("lock").is_empty(),
+        "nothing was signed"
+    );
+}

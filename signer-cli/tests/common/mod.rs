@@ -5,7 +5,7 @@ use approval_core::keyring::SecretKey;
 use approval_core::message::verify_read;
 use approval_core::{ApproverName, Keyring, Policy, Preview, SignedDecision, Timestamp};
 use axum::body::Bytes;
-use axum::extract::{OriginalUri, Path as AxPath, State};
+use axum::extract::{OriginalUri, Path as AxPath, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -182,6 +182,9 @@ pub struct FakeState {
     pub server_id: String,
     /// The `server_key` its /healthz publishes (changeable, to test pinning).
     pub server_key: Mutex<String>,
+    /// Answer challenges with a proof made for another challenge (an impersonator
+    /// replaying what the real server once sent).
+    pub replay_proof: std::sync::atomic::AtomicBool,
     /// The ProposalView served for every id.
     pub view: Mutex<Value>,
     /// When set, GETs of proposals answer this raw text with 200.
@@ -214,6 +217,7 @@ impl Fake {
         let state = Arc::new(FakeState {
             server_id: server_id.to_owned(),
             server_key: Mutex::new(fake_server_key(42)),
+            replay_proof: std::sync::atomic::AtomicBool::new(false),
             view: Mutex::new(view),
             raw: Mutex::new(None),
             posts: Mutex::new(Vec::new()),
@@ -261,6 +265,13 @@ impl Fake {
             format!("{} {} {key}\n", self.url, self.state.server_id),
         )
         .expect("pin");
+    }
+
+    /// Makes /healthz answer challenges with a replayed proof from now on.
+    pub fn replay_proof(&self) {
+        self.state
+            .replay_proof
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Makes /healthz publish another server key from now on.
@@ -321,9 +332,30 @@ pub fn fake_server_key(n: u8) -> String {
         .to_base64()
 }
 
-async fn healthz(State(st): State<Arc<FakeState>>) -> Response {
+async fn healthz(
+    State(st): State<Arc<FakeState>>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
     let key = st.server_key.lock().map(|k| k.clone()).unwrap_or_default();
-    json_text(json!({"status": "ok", "server_id": st.server_id, "server_key": key}).to_string())
+    let mut body = json!({"status": "ok", "server_id": st.server_id, "server_key": key});
+    // The fake holds the secret of every key it can publish (seeds [n; 32]), and
+    // answers the challenge as a real server does, unless told to replay a proof.
+    let seed = (0..=255u8).find(|n| fake_server_key(*n) == key);
+    if let (Some(c), Some(n)) = (q.get("challenge"), seed) {
+        let id = approval_core::ServerId::parse(&st.server_id).expect("server id");
+        let challenge = if st.replay_proof.load(std::sync::atomic::Ordering::SeqCst) {
+            "a-challenge-seen-earlier-0000"
+        } else {
+            c.as_str()
+        };
+        let proof = approval_core::attestation::prove_identity(
+            &ed25519_dalek::SigningKey::from_bytes(&[n; 32]),
+            &id,
+            challenge,
+        );
+        body["proof"] = json!(proof.to_base64());
+    }
+    json_text(body.to_string())
 }
 
 async fn show(
