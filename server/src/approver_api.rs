@@ -293,14 +293,16 @@ async fn healthz(State(st): State<ApiState>) -> Response {
     match st.svc.store().failure() {
         None => Json(
             json!({"status": "ok", "server_id": server_id, "server_key": server_key,
-                            "disabled_kinds": disabled}),
+                            "disabled_kinds": disabled,
+                            "notifications": crate::notify::counts(&st.svc)}),
         )
         .into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(
                 json!({"status": "failed", "server_id": server_id, "server_key": server_key,
-                        "why": why, "disabled_kinds": disabled}),
+                        "why": why, "disabled_kinds": disabled,
+                        "notifications": crate::notify::counts(&st.svc)}),
             ),
         )
             .into_response(),

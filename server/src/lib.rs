@@ -21,6 +21,7 @@ pub mod identity;
 pub mod init;
 pub mod listener;
 pub mod mcp;
+pub mod notify;
 pub mod record;
 pub mod run;
 pub mod service;

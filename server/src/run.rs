@@ -37,6 +37,8 @@ pub struct ServeOptions {
     pub demo_keys: Option<PathBuf>,
     /// Caps on PENDING proposals.
     pub limits: crate::store::PendingLimits,
+    /// Notification channels' server side (relay, defaults, retry timings).
+    pub notify: crate::notify::NotifyOptions,
 }
 
 /// Opens the store and builds the service, recovering from a previous crash.
@@ -252,6 +254,7 @@ pub async fn serve_until(
 
     let shutdown = tokio_util_shutdown(stop);
     spawn_background(svc.clone());
+    crate::notify::spawn(svc.clone(), opts.notify.clone());
     let main = crate::listener::serve(listener, main_router, shutdown.clone().wait());
     match approver {
         Some(l) => {
