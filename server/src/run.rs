@@ -225,6 +225,8 @@ pub async fn serve_until(
         Some(l) => l.local_addr()?,
         None => mcp_addr,
     };
+    // Notifications are queued from the first proposal on (before anyone can connect).
+    crate::notify::spawn(svc.clone(), opts.notify.clone());
     // Published before the lines are printed: whoever read them can find the file.
     let endpoint = crate::stdio::Endpoint::publish(&opts.data, mcp_addr, approver_addr, &svc)?;
     let mut lines = format!(
@@ -254,7 +256,6 @@ pub async fn serve_until(
 
     let shutdown = tokio_util_shutdown(stop);
     spawn_background(svc.clone());
-    crate::notify::spawn(svc.clone(), opts.notify.clone());
     let main = crate::listener::serve(listener, main_router, shutdown.clone().wait());
     match approver {
         Some(l) => {

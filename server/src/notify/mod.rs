@@ -48,6 +48,9 @@ pub struct OutboxItem {
     pub proposal_id: ProposalId,
     /// Approvers who had approved when it happened.
     pub approvals: Vec<String>,
+    /// Approvers who had decided (any way) when it happened.
+    #[serde(default)]
+    pub decided: Vec<String>,
     /// The executor's outcome (`executed`).
     #[serde(default)]
     pub outcome: Option<Outcome>,
@@ -93,6 +96,13 @@ pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem>
                 event,
                 proposal_id: rec.id().clone(),
                 approvals: approvals(rec),
+                decided: rec
+                    .decisions
+                    .iter()
+                    .map(|d| d.signed.approver.to_string())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
                 outcome: rec.result.as_ref().map(|r| r.outcome),
                 at: e.at,
                 attempts: 0,
@@ -240,11 +250,8 @@ fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: 
         Ok(p) => (p.spec().quorum, p.spec().approvers.clone()),
         Err(_) => (0, Vec::new()),
     };
-    let decided: BTreeSet<String> = rec
-        .decisions
-        .iter()
-        .map(|d| d.signed.approver.to_string())
-        .collect();
+    // As it was when the event happened, like the approvals.
+    let decided = &item.decided;
     Notice {
         event: item.event,
         server_id: svc.store().server_id().to_string(),
@@ -271,8 +278,11 @@ fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: 
     }
 }
 
-/// The deliverer: spawned once per server.
+/// The deliverer: spawned once per server, before it accepts requests. Whether
+/// writes queue notifications is set here at once, then re-checked every poll (a
+/// reload may add or remove channels).
 pub fn spawn(svc: Arc<Service>, opts: NotifyOptions) {
+    svc.store().set_outbox(any_channel(&svc, &opts), opts.cap);
     tokio::spawn(async move {
         let http = webhook::client(opts.timeout);
         let mail = email::Mailer::new(&opts);
