@@ -85,7 +85,9 @@ impl NotifyChannel {
                 let rest = url
                     .strip_prefix("https://")
                     .or_else(|| url.strip_prefix("http://"));
-                if rest.is_none_or(|r| r.is_empty()) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                if rest.is_none_or(|r| r.is_empty())
+                    || url.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
                     return Err(format!(
                         "notify.url {url:?} must be an http:// or https:// URL"
                     ));
@@ -106,7 +108,9 @@ impl NotifyChannel {
                     return Err("notify.to is empty: name at least one mail address".into());
                 }
                 for a in to {
-                    let bad = a.chars().any(|c| c.is_control() || c.is_whitespace() || c == ',' || c == '<' || c == '>');
+                    let bad = a.chars().any(|c| {
+                        c.is_control() || c.is_whitespace() || c == ',' || c == '<' || c == '>'
+                    });
                     let parts: Vec<&str> = a.split('@').collect();
                     if bad || parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
                         return Err(format!(
@@ -215,7 +219,9 @@ fn hidden(c: char) -> bool {
 /// Escapes text for Slack mrkdwn: `&`, `<`, `>` as Slack asks, so no `<url|label>`
 /// link, `<!channel>` or `<@user>` mention can be formed.
 pub fn slack_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Untrusted text for Slack: escaped as [`escape`], backticks shown as `\u{60}`, and
@@ -282,9 +288,10 @@ impl Notice {
         let mut out = vec![("show", format!("signer-cli show {id}"))];
         match self.event {
             NotifyEvent::Waiting => out.push(("approve", format!("signer-cli approve {id}"))),
-            NotifyEvent::OutcomeUnknown => {
-                out.push(("resolve", format!("signer-cli resolve {id} --outcome succeeded|failed")))
-            }
+            NotifyEvent::OutcomeUnknown => out.push((
+                "resolve",
+                format!("signer-cli resolve {id} --outcome succeeded|failed"),
+            )),
             _ => {}
         }
         out
@@ -332,7 +339,11 @@ impl Notice {
         );
         if let Some(p) = &self.payload {
             let _ = writeln!(t);
-            let _ = writeln!(t, "payload (untrusted, escaped): {}", escape(&p.to_string()));
+            let _ = writeln!(
+                t,
+                "payload (untrusted, escaped): {}",
+                escape(&p.to_string())
+            );
         }
         t
     }
@@ -435,10 +446,15 @@ mod tests {
 
     #[test]
     fn slack_body_forms_no_link_or_mention() {
-        let v = notice("<https://evil.example|click to approve> <!channel> & `x` https://evil.example").slack();
+        let v =
+            notice("<https://evil.example|click to approve> <!channel> & `x` https://evil.example")
+                .slack();
         let m = v["blocks"][0]["text"]["text"].as_str().unwrap_or_default();
         assert!(!m.contains('<') && !m.contains('>'), "{m}");
-        assert!(m.contains("&lt;https://evil.example|click to approve&gt; &lt;!channel&gt; &amp;"), "{m}");
+        assert!(
+            m.contains("&lt;https://evil.example|click to approve&gt; &lt;!channel&gt; &amp;"),
+            "{m}"
+        );
         assert!(m.contains("\\u{60}x\\u{60}"), "{m}");
         assert!(m.contains("summary: `"), "{m}");
     }

@@ -482,7 +482,9 @@ impl Policy {
         for n in &spec.notify {
             n.check().map_err(|m| {
                 err(
-                    src.and_then(|s| line_of_table(s, "[notify]").or_else(|| line_of_key(s, "notify"))),
+                    src.and_then(|s| {
+                        line_of_table(s, "[notify]").or_else(|| line_of_key(s, "notify"))
+                    }),
                     m,
                 )
             })?;

@@ -36,10 +36,19 @@ struct Rules {
 struct NotifyArgs {
     /// SMTP relay for `type = "email"` channels: `smtp://host:2525` (plain, local relay),
     /// `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host`.
-    #[arg(long, value_name = "URL", env = "APPROVAL_SMTP_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "APPROVAL_SMTP_URL",
+        hide_env_values = true
+    )]
     smtp: Option<String>,
     /// Sender address of notification mail.
-    #[arg(long, value_name = "ADDRESS", default_value = "approval-gate@localhost")]
+    #[arg(
+        long,
+        value_name = "ADDRESS",
+        default_value = "approval-gate@localhost"
+    )]
     smtp_from: String,
     /// A TOML file of `[[notify]]` tables for every kind whose policy has none.
     #[arg(long, value_name = "FILE", env = "APPROVAL_NOTIFY_DEFAULT")]
@@ -49,7 +58,13 @@ struct NotifyArgs {
     notify_outbox_cap: u64,
     /// Retry timings in milliseconds: first back-off, longest back-off, give-up age,
     /// delivery time-out, outbox poll (tests shorten them).
-    #[arg(long, hide = true, env = "APPROVAL_NOTIFY_TIMINGS_MS", value_delimiter = ',', num_args = 5)]
+    #[arg(
+        long,
+        hide = true,
+        env = "APPROVAL_NOTIFY_TIMINGS_MS",
+        value_delimiter = ',',
+        num_args = 5
+    )]
     notify_timings_ms: Option<Vec<u64>>,
 }
 
@@ -65,8 +80,11 @@ impl NotifyArgs {
             o.default_channels = approval_server::notify::read_defaults(f)?;
         }
         if let Some(t) = self.notify_timings_ms {
-            let ms = |i: usize| std::time::Duration::from_millis(t.get(i).copied().unwrap_or(1000).max(1));
-            (o.retry_base, o.retry_max, o.give_up, o.timeout, o.tick) = (ms(0), ms(1), ms(2), ms(3), ms(4));
+            let ms = |i: usize| {
+                std::time::Duration::from_millis(t.get(i).copied().unwrap_or(1000).max(1))
+            };
+            (o.retry_base, o.retry_max, o.give_up, o.timeout, o.tick) =
+                (ms(0), ms(1), ms(2), ms(3), ms(4));
         }
         Ok(o)
     }

@@ -76,7 +76,10 @@ async fn hook(State(r): State<Receiver>, headers: HeaderMap, body: String) -> St
 /// A receiver on `addr` (127.0.0.1:0 for a free port); records the bodies it answered 200 to.
 async fn receiver_on(addr: SocketAddr, script: &[Answer]) -> anyhow::Result<(String, Receiver)> {
     let r = Receiver::default();
-    r.script.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.extend(script.iter().copied());
+    r.script
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .extend(script.iter().copied());
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}/hook", listener.local_addr()?);
     let app = axum::Router::new()
@@ -163,14 +166,19 @@ async fn agent_text_cannot_form_slack_links_and_webhooks_carry_no_payload() -> a
     let (id, hash) = (prep.proposal_id(), prep.preview_sha256());
     w.signer("alice", &server).approve(&id).await?;
     w.signer("bob", &server).approve(&id).await?;
-    mcp.wait_status(&id, "APPROVED", Duration::from_secs(10)).await?;
+    mcp.wait_status(&id, "APPROVED", Duration::from_secs(10))
+        .await?;
     mcp.execute(&id, &hash).await?.expect("SUCCEEDED", false);
 
     // waiting (proposed), waiting (alice), quorum_reached (bob), executed.
-    let bodies = poll_until("four json notifications", Duration::from_secs(20), || async {
-        let b = json_rx.bodies();
-        Ok((b.len() >= 4).then_some(b))
-    })
+    let bodies = poll_until(
+        "four json notifications",
+        Duration::from_secs(20),
+        || async {
+            let b = json_rx.bodies();
+            Ok((b.len() >= 4).then_some(b))
+        },
+    )
     .await?;
     let waiting = of(&bodies, &id, "waiting");
     assert_eq!(waiting.len(), 2, "{bodies:#?}");
@@ -178,12 +186,24 @@ async fn agent_text_cannot_form_slack_links_and_webhooks_carry_no_payload() -> a
     assert_eq!(first["kind"], "note.write");
     assert_eq!(first["preview_sha256_prefix"], hash[..8]);
     assert_eq!(first["approvals"], json!([]));
-    assert_eq!(first["still_needed"], "2 more approval(s) from alice, bob, carol");
+    assert_eq!(
+        first["still_needed"],
+        "2 more approval(s) from alice, bob, carol"
+    );
     assert_eq!(first["commands"]["show"], format!("signer-cli show {id}"));
-    assert_eq!(first["commands"]["approve"], format!("signer-cli approve {id}"));
+    assert_eq!(
+        first["commands"]["approve"],
+        format!("signer-cli approve {id}")
+    );
     let summary = first["summary"].as_str().unwrap_or_default();
-    assert!(summary.contains("\\u{202e}") && summary.contains("\\r\\nBcc:"), "{summary}");
-    assert!(!summary.contains('\r') && !summary.contains('\u{202e}'), "{summary}");
+    assert!(
+        summary.contains("\\u{202e}") && summary.contains("\\r\\nBcc:"),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains('\r') && !summary.contains('\u{202e}'),
+        "{summary}"
+    );
     assert_eq!(waiting[1]["approvals"], json!(["alice"]));
     assert_eq!(of(&bodies, &id, "quorum_reached").len(), 1, "{bodies:#?}");
     let executed = of(&bodies, &id, "executed");
@@ -191,9 +211,15 @@ async fn agent_text_cannot_form_slack_links_and_webhooks_carry_no_payload() -> a
     assert_eq!(executed[0]["outcome"], "SUCCEEDED");
     for b in &bodies {
         let text = b.to_string();
-        assert!(!text.contains("PAYLOAD-SECRET-42"), "payload leaked: {text}");
+        assert!(
+            !text.contains("PAYLOAD-SECRET-42"),
+            "payload leaked: {text}"
+        );
         assert!(b.get("payload").is_none(), "{text}");
-        assert!(!text.contains("/v1/"), "a link into the approver API: {text}");
+        assert!(
+            !text.contains("/v1/"),
+            "a link into the approver API: {text}"
+        );
     }
     // Every body is signed with the server's secret, never a policy's.
     for (h, _, raw) in json_rx.requests() {
@@ -204,24 +230,36 @@ async fn agent_text_cannot_form_slack_links_and_webhooks_carry_no_payload() -> a
             .to_owned();
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret")?;
         mac.update(raw.as_bytes());
-        assert_eq!(sig, format!("sha256={}", hex::encode(mac.finalize().into_bytes())));
+        assert_eq!(
+            sig,
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        );
         assert!(h.get("x-approval-delivery").is_some());
     }
 
-    let slack = poll_until("four slack notifications", Duration::from_secs(20), || async {
-        let b = slack_rx.bodies();
-        Ok((b.len() >= 4).then_some(b))
-    })
+    let slack = poll_until(
+        "four slack notifications",
+        Duration::from_secs(20),
+        || async {
+            let b = slack_rx.bodies();
+            Ok((b.len() >= 4).then_some(b))
+        },
+    )
     .await?;
     for b in &slack {
         let m = b["blocks"][0]["text"]["text"].as_str().unwrap_or_default();
         let t = b["text"].as_str().unwrap_or_default();
         // No `<url|label>` link, `<!channel>` or `<@user>` mention can be formed.
-        assert!(!m.contains('<') && !m.contains('>') && !t.contains('<'), "{m}");
+        assert!(
+            !m.contains('<') && !m.contains('>') && !t.contains('<'),
+            "{m}"
+        );
         assert!(!m.contains("PAYLOAD-SECRET-42"), "{m}");
         assert_eq!(b["blocks"][0]["text"]["type"], "mrkdwn");
     }
-    let m = slack[0]["blocks"][0]["text"]["text"].as_str().unwrap_or_default();
+    let m = slack[0]["blocks"][0]["text"]["text"]
+        .as_str()
+        .unwrap_or_default();
     assert!(
         m.contains("summary: `&lt;https://evil.example/approve|click to approve&gt; &lt;!channel&gt; &amp; *bold* \\u{60}x\\u{60} \\u{202e}txt.exe\\r\\nBcc: victim@evil.example`"),
         "{m}"
@@ -274,22 +312,35 @@ async fn receiver_down_slow_or_failing_never_slows_a_proposal_and_is_retried_unt
         ids.push(prep.proposal_id());
     }
     // The failing receiver gets all five after its failures.
-    poll_until("the flaky receiver to get all five", Duration::from_secs(25), || async {
-        Ok((flaky.bodies().len() >= 5).then_some(()))
-    })
+    poll_until(
+        "the flaky receiver to get all five",
+        Duration::from_secs(25),
+        || async { Ok((flaky.bodies().len() >= 5).then_some(())) },
+    )
     .await?;
     let log = server.log();
-    assert!(log.contains("notification not delivered: the receiver answered 500"), "{log}");
-    assert!(log.contains("notification not delivered: no answer within the time-out"), "{log}");
-    assert!(log.contains("notification not delivered: cannot connect"), "{log}");
+    assert!(
+        log.contains("notification not delivered: the receiver answered 500"),
+        "{log}"
+    );
+    assert!(
+        log.contains("notification not delivered: no answer within the time-out"),
+        "{log}"
+    );
+    assert!(
+        log.contains("notification not delivered: cannot connect"),
+        "{log}"
+    );
     let n = notifications(&server).await?;
     assert_eq!(n["queued"], 5, "still waiting for the down receiver: {n}");
 
     // The down receiver comes up: everything queued reaches it, once.
     let (_, came_up) = receiver_on(down, &[]).await?;
-    poll_until("the recovered receiver to get all five", Duration::from_secs(25), || async {
-        Ok((came_up.bodies().len() >= 5).then_some(()))
-    })
+    poll_until(
+        "the recovered receiver to get all five",
+        Duration::from_secs(25),
+        || async { Ok((came_up.bodies().len() >= 5).then_some(())) },
+    )
     .await?;
     poll_until("the outbox to drain", Duration::from_secs(10), || async {
         let n = notifications(&server).await?;
@@ -310,14 +361,19 @@ async fn queued_notification_survives_a_crash_and_arrives_once() -> anyhow::Resu
     let w = World::new(&["alice", "bob", "carol"])?;
     w.write_policy(
         "note.write.toml",
-        &policy(&format!("[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n")),
+        &policy(&format!(
+            "[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n"
+        )),
     )?;
     let mut server = start(&w, &[], &[])?;
     let mcp = server.mcp().await?;
     let prep = mcp.prepare("note.write", json!({"text": "a"}), "s").await?;
     let id = prep.proposal_id();
     poll_until("a failed attempt", Duration::from_secs(10), || async {
-        Ok(server.log().contains("notification not delivered").then_some(()))
+        Ok(server
+            .log()
+            .contains("notification not delivered")
+            .then_some(()))
     })
     .await?;
     assert_eq!(notifications(&server).await?["queued"], 1);
@@ -325,9 +381,11 @@ async fn queued_notification_survives_a_crash_and_arrives_once() -> anyhow::Resu
 
     let (_, rx) = receiver_on(down, &[]).await?;
     let server = start(&w, &[], &[])?;
-    poll_until("the queued notification after the restart", Duration::from_secs(15), || async {
-        Ok((!rx.bodies().is_empty()).then_some(()))
-    })
+    poll_until(
+        "the queued notification after the restart",
+        Duration::from_secs(15),
+        || async { Ok((!rx.bodies().is_empty()).then_some(())) },
+    )
     .await?;
     poll_until("the outbox to drain", Duration::from_secs(10), || async {
         Ok((notifications(&server).await?["queued"] == 0).then_some(()))
@@ -349,21 +407,35 @@ async fn undeliverable_notification_is_given_up_after_a_bounded_time_and_counted
     let w = World::new(&["alice", "bob", "carol"])?;
     w.write_policy(
         "note.write.toml",
-        &policy(&format!("[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n")),
+        &policy(&format!(
+            "[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n"
+        )),
     )?;
-    let server = start(&w, &[], &[("APPROVAL_NOTIFY_TIMINGS_MS", "100,200,1500,500,50")])?;
+    let server = start(
+        &w,
+        &[],
+        &[("APPROVAL_NOTIFY_TIMINGS_MS", "100,200,1500,500,50")],
+    )?;
     let mcp = server.mcp().await?;
     mcp.prepare("note.write", json!({"text": "a"}), "s")
         .await?
         .expect("PENDING_QUORUM", false);
-    let n = poll_until("the notification to be given up", Duration::from_secs(15), || async {
-        let n = notifications(&server).await?;
-        Ok((n["failed"] == 1).then_some(n))
-    })
+    let n = poll_until(
+        "the notification to be given up",
+        Duration::from_secs(15),
+        || async {
+            let n = notifications(&server).await?;
+            Ok((n["failed"] == 1).then_some(n))
+        },
+    )
     .await?;
     assert_eq!(n["queued"], 0, "{n}");
     assert_eq!(n["delivered"], 0, "{n}");
-    assert!(server.log().contains("notification given up"), "{}", server.log());
+    assert!(
+        server.log().contains("notification given up"),
+        "{}",
+        server.log()
+    );
     Ok(())
 }
 
@@ -375,7 +447,10 @@ async fn undeliverable_notification_is_given_up_after_a_bounded_time_and_counted
 fn smtp_python() -> anyhow::Result<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("notify");
     let req = root.join("requirements.txt");
-    let target = bin_dir().parent().map(Path::to_path_buf).unwrap_or_else(bin_dir);
+    let target = bin_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(bin_dir);
     let venv = target.join("notify-venv");
     let py = venv.join("bin/python");
     let stamp = venv.join(".requirements.installed");
@@ -384,9 +459,9 @@ fn smtp_python() -> anyhow::Result<PathBuf> {
         return Ok(py);
     }
     let run = |cmd: &mut std::process::Command, what: &str| -> anyhow::Result<()> {
-        let out = cmd
-            .output()
-            .map_err(|e| anyhow::anyhow!("{what}: cannot run ({e}); install python3 and python3-venv"))?;
+        let out = cmd.output().map_err(|e| {
+            anyhow::anyhow!("{what}: cannot run ({e}); install python3 and python3-venv")
+        })?;
         anyhow::ensure!(
             out.status.success(),
             "{what} failed: {}{}",
@@ -397,12 +472,22 @@ fn smtp_python() -> anyhow::Result<PathBuf> {
     };
     let _ = std::fs::remove_dir_all(&venv);
     run(
-        std::process::Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv),
         "python3 -m venv (the SMTP test needs python3 and python3-venv)",
     )?;
     run(
         std::process::Command::new(&py)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", "-r"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-r",
+            ])
             .arg(&req),
         "pip install aiosmtpd",
     )?;
@@ -436,7 +521,10 @@ impl Smtp {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
             .spawn()?;
-        let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line)?;
         let port = line
@@ -470,7 +558,12 @@ async fn summary_with_crlf_cannot_inject_mail_headers_or_recipients() -> anyhow:
     let relay = format!("smtp://127.0.0.1:{}", smtp.port);
     let server = start(
         &w,
-        &["--notify-default", &defaults.to_string_lossy(), "--smtp-from", "gate@example.com"],
+        &[
+            "--notify-default",
+            &defaults.to_string_lossy(),
+            "--smtp-from",
+            "gate@example.com",
+        ],
         &[("APPROVAL_SMTP_URL", &relay)],
     )?;
     let mcp = server.mcp().await?;
@@ -485,7 +578,11 @@ async fn summary_with_crlf_cannot_inject_mail_headers_or_recipients() -> anyhow:
     })
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mails = if smtp.mails().len() > mails.len() { smtp.mails() } else { mails };
+    let mails = if smtp.mails().len() > mails.len() {
+        smtp.mails()
+    } else {
+        mails
+    };
     assert_eq!(mails.len(), 1, "{mails:#?}");
     let m = &mails[0];
     assert_eq!(m["rcpt_tos"], json!(["approvers@example.com"]), "{m}");
@@ -500,15 +597,30 @@ async fn summary_with_crlf_cannot_inject_mail_headers_or_recipients() -> anyhow:
         .filter_map(|l| l.split_once(':').map(|(k, _)| k.to_ascii_lowercase()))
         .collect();
     assert!(!header_names.iter().any(|h| h == "bcc"), "{head}");
-    assert_eq!(header_names.iter().filter(|h| *h == "subject").count(), 1, "{head}");
-    assert!(head.contains(&format!("Subject: [approval-gate] {id} (note.write) waits for approval")), "{head}");
+    assert_eq!(
+        header_names.iter().filter(|h| *h == "subject").count(),
+        1,
+        "{head}"
+    );
+    assert!(
+        head.contains(&format!(
+            "Subject: [approval-gate] {id} (note.write) waits for approval"
+        )),
+        "{head}"
+    );
     // The body is quoted-printable or 7bit; either way the escaped summary is there.
     let flat = body.replace("=\r\n", "");
-    assert!(flat.contains("hi\\r\\nBcc: victim@evil.example\\r\\nSubject: approve now"), "{flat}");
+    assert!(
+        flat.contains("hi\\r\\nBcc: victim@evil.example\\r\\nSubject: approve now"),
+        "{flat}"
+    );
     assert!(flat.contains(&format!("signer-cli show {id}")), "{flat}");
     assert!(flat.contains(&format!("signer-cli approve {id}")), "{flat}");
     assert!(flat.contains(&hash[..8]), "{flat}");
-    assert!(!data.contains("PAYLOAD-SECRET-42"), "payload leaked: {data}");
+    assert!(
+        !data.contains("PAYLOAD-SECRET-42"),
+        "payload leaked: {data}"
+    );
     let n = notifications(&server).await?;
     assert_eq!(n["delivered"], 1, "{n}");
     Ok(())

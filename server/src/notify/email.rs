@@ -22,7 +22,10 @@ impl Mailer {
     /// Builds the transport from the options (an error is kept and reported per mail).
     pub fn new(opts: &NotifyOptions) -> Self {
         let relay = match &opts.smtp {
-            None => Err("no SMTP relay: start the server with --smtp URL (or APPROVAL_SMTP_URL)".to_string()),
+            None => Err(
+                "no SMTP relay: start the server with --smtp URL (or APPROVAL_SMTP_URL)"
+                    .to_string(),
+            ),
             Some(url) => AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
                 .map(|b| b.timeout(Some(opts.timeout)).build())
                 .map_err(|e| format!("--smtp URL is not usable: {e}")),
@@ -32,10 +35,12 @@ impl Mailer {
                 tracing::error!("{e}");
             }
         }
-        let from = opts
-            .smtp_from
-            .parse::<Mailbox>()
-            .map_err(|e| format!("--smtp-from {:?} is not a mail address: {e}", opts.smtp_from));
+        let from = opts.smtp_from.parse::<Mailbox>().map_err(|e| {
+            format!(
+                "--smtp-from {:?} is not a mail address: {e}",
+                opts.smtp_from
+            )
+        });
         Self { relay, from }
     }
 
@@ -55,7 +60,12 @@ impl Mailer {
 }
 
 /// The mail for one notification.
-pub fn message(from: Mailbox, to: &[String], n: &Notice, delivery: &str) -> Result<Message, String> {
+pub fn message(
+    from: Mailbox,
+    to: &[String],
+    n: &Notice,
+    delivery: &str,
+) -> Result<Message, String> {
     let host = from.email.domain().to_string();
     let mut b = Message::builder()
         .from(from)

@@ -78,7 +78,8 @@ pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem>
             AuditKind::Proposed | AuditKind::Revoked => Some(NotifyEvent::Waiting),
             // An approval that did not end the wait: who is still needed changed.
             AuditKind::Decision
-                if !reached && e.detail.get("decision").and_then(|d| d.as_str()) == Some("approve") =>
+                if !reached
+                    && e.detail.get("decision").and_then(|d| d.as_str()) == Some("approve") =>
             {
                 Some(NotifyEvent::Waiting)
             }
