@@ -625,3 +625,26 @@ async fn summary_with_crlf_cannot_inject_mail_headers_or_recipients() -> anyhow:
     assert_eq!(n["delivered"], 1, "{n}");
     Ok(())
 }
+
+#[tokio::test]
+async fn proposal_flood_past_the_outbox_cap_still_commits_and_is_counted_as_dropped(
+) -> anyhow::Result<()> {
+    let down = free_addr()?;
+    let w = World::new(&["alice", "bob", "carol"])?;
+    w.write_policy(
+        "note.write.toml",
+        &policy(&format!("[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n")),
+    )?;
+    let server = start(&w, &["--notify-outbox-cap", "3"], &[])?;
+    let mcp = server.mcp().await?;
+    for i in 0..5 {
+        mcp.prepare("note.write", json!({"text": format!("n{i}")}), "flood")
+            .await?
+            .expect("PENDING_QUORUM", false);
+    }
+    let n = notifications(&server).await?;
+    assert_eq!(n["queued"], 3, "{n}");
+    assert_eq!(n["dropped"], 2, "{n}");
+    assert!(server.log().contains("notification outbox full"), "{}", server.log());
+    Ok(())
+}
