@@ -319,7 +319,7 @@ impl Notice {
         let _ = writeln!(t, "kind:         {}", escape(&self.kind));
         let _ = writeln!(t, "summary:      \"{}\"", escape(&self.summary));
         let _ = writeln!(t, "requested by: {}", escape(&self.requested_by));
-        let _ = writeln!(t, "preview hash: {}…", self.hash8());
+        let _ = writeln!(t, "preview hash: {} (first 8 characters)", self.hash8());
         let _ = writeln!(t, "approvals:    {}", self.approvals_text());
         if let Some(n) = self.still_needed() {
             let _ = writeln!(t, "still needed: {n}");
@@ -335,8 +335,13 @@ impl Notice {
         let _ = writeln!(t);
         let _ = writeln!(
             t,
-            "Check the preview hash that signer-cli shows against the one above. Nothing in this message can approve: approving is a signature made with signer-cli on your own machine."
+            "Check that signer-cli shows a preview hash starting with the one above."
         );
+        let _ = writeln!(
+            t,
+            "Nothing in this message can approve: approving is a signature made"
+        );
+        let _ = writeln!(t, "with signer-cli on your own machine.");
         if let Some(p) = &self.payload {
             let _ = writeln!(t);
             let _ = writeln!(
@@ -439,7 +444,10 @@ mod tests {
         let t = notice("say hi").text();
         assert!(t.contains("signer-cli show p-1"), "{t}");
         assert!(t.contains("signer-cli approve p-1"), "{t}");
-        assert!(t.contains("d4e470e9…") && !t.contains("d4e470e9a"), "{t}");
+        assert!(
+            t.contains("preview hash: d4e470e9 (first 8 characters)") && !t.contains("d4e470e9a"),
+            "{t}"
+        );
         assert!(t.contains("1 more approval(s) from bob, carol"), "{t}");
         assert!(t.contains("1/2 (alice)"), "{t}");
     }

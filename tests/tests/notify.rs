@@ -633,7 +633,9 @@ async fn proposal_flood_past_the_outbox_cap_still_commits_and_is_counted_as_drop
     let w = World::new(&["alice", "bob", "carol"])?;
     w.write_policy(
         "note.write.toml",
-        &policy(&format!("[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n")),
+        &policy(&format!(
+            "[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n"
+        )),
     )?;
     let server = start(&w, &["--notify-outbox-cap", "3"], &[])?;
     let mcp = server.mcp().await?;
@@ -645,6 +647,10 @@ async fn proposal_flood_past_the_outbox_cap_still_commits_and_is_counted_as_drop
     let n = notifications(&server).await?;
     assert_eq!(n["queued"], 3, "{n}");
     assert_eq!(n["dropped"], 2, "{n}");
-    assert!(server.log().contains("notification outbox full"), "{}", server.log());
+    assert!(
+        server.log().contains("notification outbox full"),
+        "{}",
+        server.log()
+    );
     Ok(())
 }
