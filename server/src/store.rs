@@ -305,6 +305,9 @@ mod key {
     pub const AUDIT: &[u8] = b"l:";
     pub const POLICY: &[u8] = b"y:";
     pub const OUTBOX: &[u8] = b"o:";
+    /// The next outbox entry's number, so numbers (and the `X-Approval-Delivery`
+    /// ids made of them) are never reused, even after the outbox emptied.
+    pub const OUTBOX_NEXT: &[u8] = b"c:outbox_next";
 
     pub fn outbox(seq: u64) -> Vec<u8> {
         join(&[OUTBOX, &seq.to_be_bytes()])
@@ -572,13 +575,14 @@ impl SledStore {
             item?;
             outbox_len += 1;
         }
-        let outbox_next = match tree.scan_prefix(key::OUTBOX).keys().next_back() {
+        let after_last = match tree.scan_prefix(key::OUTBOX).keys().next_back() {
             Some(k) => {
                 let k = k?;
                 read_u64(Some(k.subslice(key::OUTBOX.len(), 8))) + 1
             }
             None => 1,
         };
+        let outbox_next = after_last.max(read_u64(tree.get(key::OUTBOX_NEXT)?));
         Ok(Writer {
             seq,
             head,
@@ -678,6 +682,9 @@ impl SledStore {
             next += 1;
         }
         let queued = next - w.outbox_next;
+        if queued > 0 {
+            batch.insert(key::OUTBOX_NEXT, &next.to_be_bytes());
+        }
         let head = Self::append_audit(w, &mut batch, events)?;
         self.tree.apply_batch(batch)?;
         (w.seq, w.head) = head;
@@ -1434,6 +1441,67 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         contract::run(&store);
+    }
+
+    #[test]
+    fn a_refused_change_queues_no_notification_and_the_outbox_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let ev = |rec: &ProposalRecord| {
+            vec![AuditEvent {
+                kind: crate::audit::AuditKind::Proposed,
+                proposal_id: rec.id().clone(),
+                at: rec.updated_at,
+                detail: serde_json::json!({}),
+            }]
+        };
+        let a = contract::record("p-a", "agent1", 1_800_000_000);
+        let b = contract::record("p-b", "agent1", 1_800_000_001);
+        let c = contract::record("p-c", "agent1", 1_800_000_002);
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            // Off (no channel configured): nothing is queued.
+            store.create(&a, ev(&a), PendingLimits::default()).unwrap();
+            assert_eq!(store.outbox_counts(), (0, 0));
+            store.set_outbox(true, 1);
+            store.create(&b, ev(&b), PendingLimits::default()).unwrap();
+            assert_eq!(store.outbox_counts(), (1, 0));
+            // A create refused by the limits commits nothing, so queues nothing.
+            let tight = PendingLimits {
+                per_agent: 2,
+                total: 100,
+            };
+            assert!(matches!(
+                store.create(&c, ev(&c), tight),
+                Err(StoreError::Full(_))
+            ));
+            assert_eq!(store.outbox_counts(), (1, 0));
+            // A stale update (compare-and-swap conflict) queues nothing either.
+            assert!(matches!(
+                store.update(&b, ev(&b)).unwrap(),
+                Cas::Conflict(_)
+            ));
+            assert_eq!(store.outbox_counts(), (1, 0));
+            // At the cap the change commits and its notification is dropped, counted.
+            store.create(&c, ev(&c), PendingLimits::default()).unwrap();
+            assert!(store.get(c.id()).unwrap().is_some());
+            assert_eq!(store.outbox_counts(), (1, 1));
+        }
+        let store = reopen(dir.path());
+        let page = store.outbox_page(10).unwrap();
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].1.proposal_id, *b.id());
+        assert_eq!(page[0].1.event, approval_core::notify::NotifyEvent::Waiting);
+        store.outbox_remove(page[0].0).unwrap();
+        assert_eq!(store.outbox_counts(), (0, 0));
+        let first = page[0].0;
+        drop(store);
+        // Numbering goes on after the highest entry ever written, never reused, even
+        // once the outbox emptied and the store reopened.
+        let store = reopen(dir.path());
+        store.set_outbox(true, 10);
+        let d = contract::record("p-d", "agent2", 1_800_000_003);
+        store.create(&d, ev(&d), PendingLimits::default()).unwrap();
+        assert_eq!(store.outbox_page(10).unwrap()[0].0, first + 1);
     }
 
     #[test]
