@@ -24,6 +24,7 @@ pub mod ids;
 pub mod json;
 pub mod keyring;
 pub mod message;
+pub mod notify;
 pub mod policy;
 pub mod preview;
 pub mod quorum;

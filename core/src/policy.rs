@@ -178,6 +178,11 @@ pub struct PolicySpec {
     pub payload_schema: Option<Value>,
     /// What execute does.
     pub executor: ExecutorConfig,
+    /// Where to tell approvers about its proposals (`[[notify]]`; none: the server's
+    /// default channels). Left out of the canonical form when empty, so a policy
+    /// without it keeps its hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<crate::notify::NotifyChannel>,
 }
 
 /// A loaded, validated policy.
@@ -548,6 +553,16 @@ impl Policy {
             });
             err(line, m)
         })?;
+        for n in &spec.notify {
+            n.check().map_err(|m| {
+                err(
+                    src.and_then(|s| {
+                        line_of_table(s, "[notify]").or_else(|| line_of_key(s, "notify"))
+                    }),
+                    m,
+                )
+            })?;
+        }
         let schema = match &spec.payload_schema {
             None => None,
             Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {

@@ -303,7 +303,8 @@ async fn healthz(
         .map(|d| json!({"kind": d.kind(), "missing_approvers": d.missing(), "reason": d.reason()}))
         .collect();
     let mut body = json!({"server_id": server_id, "server_key": server_key,
-                          "disabled_kinds": disabled});
+                          "disabled_kinds": disabled,
+                          "notifications": crate::notify::counts(&st.svc)});
     if let Some(p) = proof {
         body["proof"] = json!(p);
     }

@@ -176,6 +176,27 @@ fn fail(failed: &OnceLock<String>, halt: &Halt, why: String) {
 }
 
 impl Store for FailStop {
+    fn set_outbox(&self, on: bool, cap: u64) {
+        self.inner.set_outbox(on, cap)
+    }
+    fn outbox_page(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(u64, crate::notify::OutboxItem)>, StoreError> {
+        self.refused()?;
+        self.inner.outbox_page(limit)
+    }
+    fn outbox_put(&self, seq: u64, item: &crate::notify::OutboxItem) -> Result<(), StoreError> {
+        self.refused()?;
+        self.inner.outbox_put(seq, item)
+    }
+    fn outbox_remove(&self, seq: u64) -> Result<(), StoreError> {
+        self.refused()?;
+        self.inner.outbox_remove(seq)
+    }
+    fn outbox_counts(&self) -> (u64, u64) {
+        self.inner.outbox_counts()
+    }
     fn server_id(&self) -> &ServerId {
         self.inner.server_id()
     }

@@ -22,6 +22,7 @@ pub mod import_tools;
 pub mod init;
 pub mod listener;
 pub mod mcp;
+pub mod notify;
 pub mod record;
 pub mod run;
 pub mod service;

@@ -31,6 +31,65 @@ struct Rules {
     keys: PathBuf,
 }
 
+/// Notifications: the server's side (the relay, secrets and defaults never come from a policy).
+#[derive(clap::Args, Debug)]
+struct NotifyArgs {
+    /// SMTP relay for `type = "email"` channels: `smtp://host:2525` (plain, local relay),
+    /// `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host`.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "APPROVAL_SMTP_URL",
+        hide_env_values = true
+    )]
+    smtp: Option<String>,
+    /// Sender address of notification mail.
+    #[arg(
+        long,
+        value_name = "ADDRESS",
+        default_value = "approval-gate@localhost"
+    )]
+    smtp_from: String,
+    /// A TOML file of `[[notify]]` tables for every kind whose policy has none.
+    #[arg(long, value_name = "FILE", env = "APPROVAL_NOTIFY_DEFAULT")]
+    notify_default: Option<PathBuf>,
+    /// Most queued notifications; past it, changes still commit and their notifications are dropped (counted in /healthz).
+    #[arg(long, default_value_t = approval_server::notify::DEFAULT_OUTBOX_CAP)]
+    notify_outbox_cap: u64,
+    /// Retry timings in milliseconds: first back-off, longest back-off, give-up age,
+    /// delivery time-out, outbox poll (tests shorten them).
+    #[arg(
+        long,
+        hide = true,
+        env = "APPROVAL_NOTIFY_TIMINGS_MS",
+        value_delimiter = ',',
+        num_args = 5
+    )]
+    notify_timings_ms: Option<Vec<u64>>,
+}
+
+impl NotifyArgs {
+    fn options(self) -> anyhow::Result<approval_server::notify::NotifyOptions> {
+        let mut o = approval_server::notify::NotifyOptions {
+            smtp: self.smtp.filter(|s| !s.is_empty()),
+            smtp_from: self.smtp_from,
+            cap: self.notify_outbox_cap,
+            ..Default::default()
+        };
+        if let Some(f) = &self.notify_default {
+            o.default_channels = approval_server::notify::read_defaults(f)?;
+        }
+        if let Some(t) = self.notify_timings_ms {
+            let ms = |i: usize| {
+                std::time::Duration::from_millis(t.get(i).copied().unwrap_or(1000).max(1))
+            };
+            (o.retry_base, o.retry_max, o.give_up, o.timeout, o.tick) =
+                (ms(0), ms(1), ms(2), ms(3), ms(4));
+        }
+        Ok(o)
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the service.
@@ -61,6 +120,8 @@ enum Command {
         /// Most PENDING proposals in all.
         #[arg(long, default_value_t = 1_000_000)]
         max_pending: u64,
+        #[command(flatten)]
+        notify: NotifyArgs,
     },
     /// Start with the example policies and three demo approvers (keys in ./demo-keys).
     Demo {
@@ -236,8 +297,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             allowed_origin,
             max_pending_per_agent,
             max_pending,
+            notify,
         } => {
             logging("info");
+            let notify = notify.options()?;
             let opts = ServeOptions {
                 data,
                 source: ConfigSource {
@@ -255,6 +318,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     per_agent: max_pending_per_agent,
                     total: max_pending,
                 },
+                notify,
             };
             let svc = run::start(&opts).await?;
             run::serve(opts, svc).await?;
@@ -278,6 +342,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 allowed_origins: vec![],
                 demo_keys: Some(keys_dir),
                 limits: Default::default(),
+                notify: Default::default(),
             };
             let svc = run::start(&opts).await?;
             run::serve(opts, svc).await?;

@@ -37,6 +37,8 @@ pub struct ServeOptions {
     pub demo_keys: Option<PathBuf>,
     /// Caps on PENDING proposals.
     pub limits: crate::store::PendingLimits,
+    /// Notification channels' server side (relay, defaults, retry timings).
+    pub notify: crate::notify::NotifyOptions,
 }
 
 /// Opens the store and builds the service, recovering from a previous crash.
@@ -224,6 +226,8 @@ pub async fn serve_until(
         Some(l) => l.local_addr()?,
         None => mcp_addr,
     };
+    // Notifications are queued from the first proposal on (before anyone can connect).
+    crate::notify::spawn(svc.clone(), opts.notify.clone());
     // Published before the lines are printed: whoever read them can find the file.
     let endpoint = crate::stdio::Endpoint::publish(&opts.data, mcp_addr, approver_addr, &svc)?;
     let mut lines = format!(

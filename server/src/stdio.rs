@@ -335,6 +335,7 @@ impl Embedded {
             allowed_origins: vec![],
             demo_keys: None,
             limits: Default::default(),
+            notify: Default::default(),
         };
         let svc = match run::start(&serve).await {
             Ok(svc) => svc,

@@ -23,6 +23,7 @@
 //! is never held across an fsync.
 
 use crate::audit::{self, AuditEntry, AuditEvent};
+use crate::notify::OutboxItem;
 use crate::record::{ProposalRecord, SCHEMA_VERSION};
 use approval_core::ids::AgentName;
 use approval_core::status::{Lifecycle, Status};
@@ -264,6 +265,26 @@ pub trait Store: Send + Sync + 'static {
     fn failure(&self) -> Option<String> {
         None
     }
+    /// Turns the notification outbox on or off (off: no channel is configured, so
+    /// writes queue nothing), with the most entries it may hold; past that a state
+    /// change still commits and its notifications are dropped and counted.
+    fn set_outbox(&self, _on: bool, _cap: u64) {}
+    /// Up to `limit` outbox entries, oldest first.
+    fn outbox_page(&self, _limit: usize) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// Rewrites an outbox entry (its retry state).
+    fn outbox_put(&self, _seq: u64, _item: &OutboxItem) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Removes a delivered (or abandoned) outbox entry.
+    fn outbox_remove(&self, _seq: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Entries queued, and notifications dropped at the cap since start.
+    fn outbox_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// Keys in the one sled tree: a short prefix per kind of entry, then fixed-width
@@ -283,6 +304,14 @@ mod key {
     pub const DUE: &[u8] = b"d:";
     pub const AUDIT: &[u8] = b"l:";
     pub const POLICY: &[u8] = b"y:";
+    pub const OUTBOX: &[u8] = b"o:";
+    /// The next outbox entry's number, so numbers (and the `X-Approval-Delivery`
+    /// ids made of them) are never reused, even after the outbox emptied.
+    pub const OUTBOX_NEXT: &[u8] = b"c:outbox_next";
+
+    pub fn outbox(seq: u64) -> Vec<u8> {
+        join(&[OUTBOX, &seq.to_be_bytes()])
+    }
 
     fn join(parts: &[&[u8]]) -> Vec<u8> {
         parts.concat()
@@ -378,6 +407,14 @@ struct Writer {
     head: Sha256Hex,
     pending_total: u64,
     pending: HashMap<String, u64>,
+    /// Outbox entries held, and the next entry's number.
+    outbox_len: u64,
+    outbox_next: u64,
+    /// Whether writes queue notifications, and the most entries the outbox holds.
+    outbox_on: bool,
+    outbox_cap: u64,
+    /// Notifications not queued because the outbox was full (since start).
+    outbox_dropped: u64,
 }
 
 /// Just the fields of a stored record that a write needs to find its index
@@ -533,11 +570,29 @@ impl SledStore {
             let agent = String::from_utf8_lossy(&k[key::PENDING_AGENT.len()..]).into_owned();
             pending.insert(agent, read_u64(Some(v)));
         }
+        let mut outbox_len = 0u64;
+        for item in tree.scan_prefix(key::OUTBOX).keys() {
+            item?;
+            outbox_len += 1;
+        }
+        let after_last = match tree.scan_prefix(key::OUTBOX).keys().next_back() {
+            Some(k) => {
+                let k = k?;
+                read_u64(Some(k.subslice(key::OUTBOX.len(), 8))) + 1
+            }
+            None => 1,
+        };
+        let outbox_next = after_last.max(read_u64(tree.get(key::OUTBOX_NEXT)?));
         Ok(Writer {
             seq,
             head,
             pending_total: read_u64(tree.get(key::PENDING_TOTAL)?),
             pending,
+            outbox_len,
+            outbox_next,
+            outbox_on: false,
+            outbox_cap: crate::notify::DEFAULT_OUTBOX_CAP,
+            outbox_dropped: 0,
         })
     }
 
@@ -607,13 +662,38 @@ impl SledStore {
         &self,
         w: &mut Writer,
         mut batch: sled::Batch,
+        rec: &ProposalRecord,
         events: Vec<AuditEvent>,
         agent: &str,
         counters: Option<(u64, u64)>,
     ) -> Result<(), StoreError> {
+        // The notifications this change causes go into the same batch: queued if and
+        // only if the change commits.
+        let items = if w.outbox_on {
+            crate::notify::items_for(rec, &events)
+        } else {
+            Vec::new()
+        };
+        let room = w.outbox_cap.saturating_sub(w.outbox_len) as usize;
+        let dropped = items.len().saturating_sub(room) as u64;
+        let mut next = w.outbox_next;
+        for item in items.iter().take(room) {
+            batch.insert(key::outbox(next), encode(item)?);
+            next += 1;
+        }
+        let queued = next - w.outbox_next;
+        if queued > 0 {
+            batch.insert(key::OUTBOX_NEXT, &next.to_be_bytes());
+        }
         let head = Self::append_audit(w, &mut batch, events)?;
         self.tree.apply_batch(batch)?;
         (w.seq, w.head) = head;
+        w.outbox_next = next;
+        w.outbox_len += queued;
+        if dropped > 0 {
+            w.outbox_dropped += dropped;
+            tracing::warn!(id = %rec.id(), dropped, cap = w.outbox_cap, "notification outbox full: notifications for this change were dropped (the change itself committed)");
+        }
         if let Some((mine, total)) = counters {
             w.pending.insert(agent.to_owned(), mine);
             w.pending_total = total;
@@ -706,7 +786,7 @@ impl Store for SledStore {
         } else {
             None
         };
-        self.apply(&mut w, batch, events, agent.as_str(), counters)
+        self.apply(&mut w, batch, rec, events, agent.as_str(), counters)
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
@@ -742,7 +822,7 @@ impl Store for SledStore {
             i64::from(new_status == Status::Pending) - i64::from(old_status == Status::Pending);
         let counters = (delta != 0).then(|| Self::move_pending(&w, &mut batch, agent, delta));
         batch.insert(rk.as_slice(), bytes);
-        self.apply(&mut w, batch, events, agent, counters)?;
+        self.apply(&mut w, batch, new, events, agent, counters)?;
         Ok(Cas::Applied)
     }
 
@@ -927,6 +1007,48 @@ impl Store for SledStore {
             None => None,
         };
         Ok((out, head))
+    }
+
+    fn set_outbox(&self, on: bool, cap: u64) {
+        let mut w = self.writer();
+        w.outbox_on = on;
+        w.outbox_cap = cap;
+    }
+
+    fn outbox_page(&self, limit: usize) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.tree.scan_prefix(key::OUTBOX).take(limit) {
+            let (k, v) = item?;
+            let seq = <[u8; 8]>::try_from(&k[key::OUTBOX.len()..])
+                .map(u64::from_be_bytes)
+                .map_err(|_| corrupt(&k, "outbox key is not a number"))?;
+            let it: OutboxItem = serde_json::from_slice(&v).map_err(|e| corrupt(&k, e))?;
+            out.push((seq, it));
+        }
+        Ok(out)
+    }
+
+    fn outbox_put(&self, seq: u64, item: &OutboxItem) -> Result<(), StoreError> {
+        let _w = self.writer();
+        let k = key::outbox(seq);
+        // Only an entry still queued is rewritten.
+        if self.tree.contains_key(&k)? {
+            self.tree.insert(k, encode(item)?)?;
+        }
+        Ok(())
+    }
+
+    fn outbox_remove(&self, seq: u64) -> Result<(), StoreError> {
+        let mut w = self.writer();
+        if self.tree.remove(key::outbox(seq))?.is_some() {
+            w.outbox_len = w.outbox_len.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn outbox_counts(&self) -> (u64, u64) {
+        let w = self.writer();
+        (w.outbox_len, w.outbox_dropped)
     }
 
     fn flush_blocking(&self) -> Result<(), StoreError> {
@@ -1319,6 +1441,67 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         contract::run(&store);
+    }
+
+    #[test]
+    fn a_refused_change_queues_no_notification_and_the_outbox_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let ev = |rec: &ProposalRecord| {
+            vec![AuditEvent {
+                kind: crate::audit::AuditKind::Proposed,
+                proposal_id: rec.id().clone(),
+                at: rec.updated_at,
+                detail: serde_json::json!({}),
+            }]
+        };
+        let a = contract::record("p-a", "agent1", 1_800_000_000);
+        let b = contract::record("p-b", "agent1", 1_800_000_001);
+        let c = contract::record("p-c", "agent1", 1_800_000_002);
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            // Off (no channel configured): nothing is queued.
+            store.create(&a, ev(&a), PendingLimits::default()).unwrap();
+            assert_eq!(store.outbox_counts(), (0, 0));
+            store.set_outbox(true, 1);
+            store.create(&b, ev(&b), PendingLimits::default()).unwrap();
+            assert_eq!(store.outbox_counts(), (1, 0));
+            // A create refused by the limits commits nothing, so queues nothing.
+            let tight = PendingLimits {
+                per_agent: 2,
+                total: 100,
+            };
+            assert!(matches!(
+                store.create(&c, ev(&c), tight),
+                Err(StoreError::Full(_))
+            ));
+            assert_eq!(store.outbox_counts(), (1, 0));
+            // A stale update (compare-and-swap conflict) queues nothing either.
+            assert!(matches!(
+                store.update(&b, ev(&b)).unwrap(),
+                Cas::Conflict(_)
+            ));
+            assert_eq!(store.outbox_counts(), (1, 0));
+            // At the cap the change commits and its notification is dropped, counted.
+            store.create(&c, ev(&c), PendingLimits::default()).unwrap();
+            assert!(store.get(c.id()).unwrap().is_some());
+            assert_eq!(store.outbox_counts(), (1, 1));
+        }
+        let store = reopen(dir.path());
+        let page = store.outbox_page(10).unwrap();
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].1.proposal_id, *b.id());
+        assert_eq!(page[0].1.event, approval_core::notify::NotifyEvent::Waiting);
+        store.outbox_remove(page[0].0).unwrap();
+        assert_eq!(store.outbox_counts(), (0, 0));
+        let first = page[0].0;
+        drop(store);
+        // Numbering goes on after the highest entry ever written, never reused, even
+        // once the outbox emptied and the store reopened.
+        let store = reopen(dir.path());
+        store.set_outbox(true, 10);
+        let d = contract::record("p-d", "agent2", 1_800_000_003);
+        store.create(&d, ev(&d), PendingLimits::default()).unwrap();
+        assert_eq!(store.outbox_page(10).unwrap()[0].0, first + 1);
     }
 
     #[test]

@@ -16,6 +16,7 @@
 pub mod client;
 pub mod commands;
 pub mod config;
+pub mod desktop;
 pub mod display;
 pub mod failure;
 pub mod known_servers;

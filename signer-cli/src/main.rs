@@ -156,7 +156,11 @@ enum Command {
         preview_file: PathBuf,
     },
     /// Follow new proposals you may sign, reconnecting when the stream drops.
-    Watch,
+    Watch {
+        /// Also show a desktop notification for each new proposal that needs you.
+        #[arg(long)]
+        notify: bool,
+    },
     /// Re-pin the server's id and key after an intended change (shows old and new).
     TrustServer,
 }
@@ -201,7 +205,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             check_expiry,
         } => offline::verify(s, &receipt, &keys, server_key.as_deref(), check_expiry),
         Command::Hash { preview_file } => offline::hash(s, &preview_file),
-        Command::Watch => watch::watch(s).await,
+        Command::Watch { notify } => watch::watch(s, notify).await,
         Command::TrustServer => trust::trust_server(s).await,
     }
 }

@@ -626,3 +626,47 @@ fn signer_cli_refuses_a_server_that_replays_the_pinned_healthz() {
         "nothing was signed"
     );
 }
+
+/// Issue #13: `watch --notify` where the desktop has no notification service (no
+/// D-Bus session bus here): one clear line, and watch goes on printing proposals.
+#[test]
+fn watch_notify_without_a_desktop_says_so_once_and_goes_on_printing() {
+    let (env, fake, key) = setup(good());
+    fake.state.list_empty.store(true, Ordering::SeqCst);
+    let mut child = env
+        .cmd()
+        .args(["watch", "--notify", "--server", &fake.url, "--key", &key])
+        .env(
+            "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/nonexistent/approval-e2e-no-bus",
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while fake.state.event_streams.load(Ordering::SeqCst) < 3
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let off: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("desktop notifications are off"))
+        .collect();
+    assert_eq!(off.len(), 1, "said once: {stderr}");
+    assert!(
+        off[0].starts_with(
+            "signer-cli: desktop notifications are off: this desktop has no notification service ("
+        ) && off[0].ends_with("); watch goes on printing"),
+        "{}",
+        off[0]
+    );
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("p-1")).collect();
+    assert_eq!(lines.len(), 1, "still printed: {stdout}\n{stderr}");
+    assert!(lines[0].starts_with("NEW p-1  note.write"), "{}", lines[0]);
+}

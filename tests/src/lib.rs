@@ -313,6 +313,16 @@ impl Server {
     /// flags (for example `/bin/sh -c 'ulimit -S -f 64; exec "$0" "$@"'`, which
     /// must `exec` so that [`Server::pid`] is the server's). Empty: the server itself.
     pub fn start_via(opts: &ServerOptions, launcher: &[std::ffi::OsString]) -> Result<Self> {
+        Self::start_full(opts, launcher, &[], &[])
+    }
+
+    /// Starts with extra `serve` flags and environment variables.
+    pub fn start_full(
+        opts: &ServerOptions,
+        launcher: &[std::ffi::OsString],
+        extra: &[std::ffi::OsString],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let n = SERVER_SEQ.fetch_add(1, Ordering::SeqCst);
         let log_dir = opts.data.parent().unwrap_or(&opts.data).to_path_buf();
         let log_path = log_dir.join(format!("server-{}-{n}.log", std::process::id()));
@@ -337,6 +347,7 @@ impl Server {
         if let Some(a) = &opts.agents {
             cmd.arg("--agents").arg(a);
         }
+        cmd.args(extra).envs(env.iter().copied());
         cmd.env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(PStdio::null())

@@ -132,6 +132,8 @@ struct Watcher<'a> {
     json: bool,
     /// The id of the last event seen, sent as `Last-Event-ID` on reconnecting.
     last_event_id: Option<String>,
+    /// `--notify`: the desktop's notification service, while it works.
+    desktop: Option<crate::desktop::Desktop>,
 }
 
 /// How a stream ended without an error.
@@ -144,7 +146,7 @@ enum Ended {
 }
 
 impl Watcher<'_> {
-    fn handle(&mut self, view: &Value) {
+    async fn handle(&mut self, view: &Value) {
         let id = view
             .get("proposal_id")
             .and_then(Value::as_str)
@@ -154,7 +156,11 @@ impl Watcher<'_> {
             return;
         };
         match check(view, None, server_id) {
-            Ok(c) => self.announce(&c),
+            Ok(c) => {
+                if self.announce(&c) {
+                    self.notify(&c).await;
+                }
+            }
             Err(e) => {
                 if self.printed.insert(format!("!{id}")) {
                     if self.json {
@@ -169,14 +175,34 @@ impl Watcher<'_> {
         }
     }
 
-    fn announce(&mut self, c: &Checked) {
+    /// A desktop notification for a new proposal (`--notify`); when the service
+    /// fails, one line says so and watch goes on printing.
+    async fn notify(&mut self, c: &Checked) {
+        let Some(d) = &self.desktop else { return };
+        let (title, body) = crate::desktop::content(
+            &c.preview,
+            &c.hash.prefix(8),
+            c.quorum.have,
+            c.quorum.need,
+            d.markup(),
+        );
+        if let Err(e) = d.show(title, body).await {
+            eprintln!(
+                "signer-cli: desktop notifications are off: the notification service failed ({}); watch goes on printing",
+                crate::display::escape(&e)
+            );
+            self.desktop = None;
+        }
+    }
+
+    fn announce(&mut self, c: &Checked) -> bool {
         let p = &c.preview;
         let mine = c.has_decided(&self.me, "approve") || c.has_decided(&self.me, "reject");
         if c.status != Status::Pending || !c.may_decide(&self.me) || mine {
-            return;
+            return false;
         }
         if !self.printed.insert(p.proposal_id.to_string()) {
-            return;
+            return false;
         }
         let now = now_unix();
         if self.json {
@@ -209,6 +235,7 @@ impl Watcher<'_> {
                 p.proposal_id
             ));
         }
+        true
     }
 
     /// Reads the pending list, so nothing proposed while not listening is missed.
@@ -216,7 +243,7 @@ impl Watcher<'_> {
         let list = self.client.get("/v1/proposals?status=pending").await?;
         if let Some(ps) = list.get("proposals").and_then(Value::as_array) {
             for p in ps {
-                self.handle(p);
+                self.handle(p).await;
             }
         }
         Ok(())
@@ -260,7 +287,7 @@ impl Watcher<'_> {
                     continue;
                 }
                 match approval_core::json::parse_exact(&ev.data) {
-                    Ok(v) => self.handle(&v),
+                    Ok(v) => self.handle(&v).await,
                     Err(e) => eprintln!(
                         "signer-cli: ignored an event that is not exact JSON: {}",
                         crate::display::escape(&e.to_string())
@@ -272,8 +299,8 @@ impl Watcher<'_> {
     }
 }
 
-/// `signer-cli watch`.
-pub async fn watch(settings: &Settings) -> Result<()> {
+/// `signer-cli watch [--notify]`.
+pub async fn watch(settings: &Settings, notify: bool) -> Result<()> {
     let client = super::connect(settings)?;
     let me = client
         .key()
@@ -286,7 +313,20 @@ pub async fn watch(settings: &Settings) -> Result<()> {
         printed: BTreeSet::new(),
         json: settings.json,
         last_event_id: None,
+        desktop: None,
     };
+    if notify {
+        match tokio::task::spawn_blocking(crate::desktop::Desktop::probe).await {
+            Ok(Ok(d)) => w.desktop = Some(d),
+            Ok(Err(why)) => eprintln!(
+                "signer-cli: desktop notifications are off: this desktop has no notification service ({}); watch goes on printing",
+                crate::display::escape(&why)
+            ),
+            Err(e) => eprintln!(
+                "signer-cli: desktop notifications are off ({e}); watch goes on printing"
+            ),
+        }
+    }
     let mut backoff = Duration::from_secs(1);
     loop {
         let mut connected = false;
