@@ -28,6 +28,22 @@ pub const PROTOCOL_VERSION: &str = "2025-06-18";
 /// How long any single request or command may take before the test fails.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A `note.write` policy that needs both alice and bob (payload `{"text": ...}`),
+/// shared by the stdio suites (bridge and embedded) so they gate the same rules.
+pub const NOTE_POLICY_ALICE_AND_BOB: &str = r#"
+kind = "note.write"
+description = "Write a note"
+quorum = 2
+approvers = ["alice", "bob"]
+ttl = "30m"
+execute_within = "10m"
+[payload_schema]
+type = "object"
+required = ["text"]
+[executor]
+type = "note"
+"#;
+
 // ---------------------------------------------------------------------------
 // Binaries
 // ---------------------------------------------------------------------------

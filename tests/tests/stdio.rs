@@ -5,19 +5,7 @@ use approval_e2e::{Mcp, McpClient, Server, Stdio, World};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-const POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob"]
-ttl = "30m"
-execute_within = "10m"
-[payload_schema]
-type = "object"
-required = ["text"]
-[executor]
-type = "note"
-"#;
+use approval_e2e::NOTE_POLICY_ALICE_AND_BOB as POLICY;
 
 fn by_name(tools: &[Value]) -> BTreeMap<String, Value> {
     tools

@@ -11,19 +11,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-const POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob"]
-ttl = "30m"
-execute_within = "10m"
-[payload_schema]
-type = "object"
-required = ["text"]
-[executor]
-type = "note"
-"#;
+use approval_e2e::NOTE_POLICY_ALICE_AND_BOB as POLICY;
 
 /// How long a child may take to start (a loaded 2-core CI machine).
 const START: Duration = Duration::from_secs(30);
