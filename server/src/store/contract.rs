@@ -1,0 +1,237 @@
+//! Contract tests every `Store` backend must pass.
+use super::*;
+use crate::audit::{verify_chain, AuditKind};
+use approval_core::status::Lifecycle;
+use approval_core::{Preview, Timestamp};
+
+pub fn record(id: &str, agent: &str, created: i64) -> ProposalRecord {
+    let preview = Preview {
+        v: 1,
+        server_id: ServerId::parse("srv-test").unwrap(),
+        proposal_id: ProposalId::parse(id).unwrap(),
+        kind: approval_core::Kind::parse("note.write").unwrap(),
+        payload: serde_json::json!({"text": id}),
+        summary: String::new(),
+        requested_by: AgentName::parse(agent).unwrap(),
+        created_at: Timestamp::from_unix(created),
+        expires_at: Timestamp::from_unix(created + 1800),
+        policy_sha256: Sha256Hex::digest(b"policy"),
+    };
+    ProposalRecord {
+        schema: SCHEMA_VERSION,
+        revision: 0,
+        preview_sha256: preview.sha256(),
+        lifecycle: Lifecycle::new(preview.expires_at),
+        preview,
+        decisions: vec![],
+        result: None,
+        attestation: None,
+        updated_at: Timestamp::from_unix(created),
+    }
+}
+
+fn ev(kind: AuditKind, rec: &ProposalRecord) -> Vec<AuditEvent> {
+    vec![AuditEvent {
+        kind,
+        proposal_id: rec.id().clone(),
+        at: rec.updated_at,
+        detail: serde_json::json!({}),
+    }]
+}
+
+pub fn run(store: &dyn Store) {
+    let a = record("p-a", "agent1", 1_800_000_000);
+    let b = record("p-b", "agent2", 1_800_000_001);
+    let lim = PendingLimits::default();
+    store.create(&a, ev(AuditKind::Proposed, &a), lim).unwrap();
+    store.create(&b, ev(AuditKind::Proposed, &b), lim).unwrap();
+    assert!(matches!(
+        store.create(&a, ev(AuditKind::Proposed, &a), lim),
+        Err(StoreError::Exists(_))
+    ));
+    assert_eq!(store.pending_count(None).unwrap(), 2);
+    assert_eq!(
+        store
+            .pending_count(Some(&AgentName::parse("agent1").unwrap()))
+            .unwrap(),
+        1
+    );
+    // Limits: refused when full, and nothing is written.
+    let c = record("p-c", "agent1", 1_800_000_002);
+    let tight = PendingLimits {
+        per_agent: 1,
+        total: 100,
+    };
+    assert!(matches!(
+        store.create(&c, ev(AuditKind::Proposed, &c), tight),
+        Err(StoreError::Full(_))
+    ));
+    assert_eq!(store.get(c.id()).unwrap(), None);
+    let tight = PendingLimits {
+        per_agent: 100,
+        total: 2,
+    };
+    assert!(matches!(
+        store.create(&c, ev(AuditKind::Proposed, &c), tight),
+        Err(StoreError::Full(_))
+    ));
+    assert_eq!(store.pending_count(None).unwrap(), 2);
+    assert_eq!(store.get(a.id()).unwrap().as_ref(), Some(&a));
+    assert_eq!(
+        store.get(&ProposalId::parse("p-none").unwrap()).unwrap(),
+        None
+    );
+    // Listing: newest first, by status and by agent.
+    let pending: Vec<_> = store
+        .list_status(Status::Pending, 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id().clone())
+        .collect();
+    assert_eq!(pending, vec![b.id().clone(), a.id().clone()]);
+    assert_eq!(store.list_status(Status::Pending, 1).unwrap().len(), 1);
+    assert_eq!(
+        store
+            .list_agent(&AgentName::parse("agent1").unwrap(), 10)
+            .unwrap(),
+        vec![a.clone()]
+    );
+    // Compare-and-swap: one winner per revision, index follows the status.
+    let now = Timestamp::from_unix(1_800_000_010);
+    let approved = a.with_lifecycle(
+        a.lifecycle
+            .approve(now, approval_core::Seconds::new(60))
+            .unwrap(),
+        now,
+    );
+    assert!(matches!(
+        store
+            .update(&approved, ev(AuditKind::Approved, &approved))
+            .unwrap(),
+        Cas::Applied
+    ));
+    assert!(matches!(
+        store
+            .update(&approved, ev(AuditKind::Approved, &approved))
+            .unwrap(),
+        Cas::Conflict(_)
+    ));
+    assert_eq!(store.count_status(Status::Pending).unwrap(), 1);
+    assert_eq!(store.count_status(Status::Approved).unwrap(), 1);
+    assert_eq!(store.pending_count(None).unwrap(), 1);
+    assert_eq!(
+        store
+            .pending_count(Some(&AgentName::parse("agent1").unwrap()))
+            .unwrap(),
+        0
+    );
+    let mut ghost = record("p-ghost", "agent1", 1);
+    ghost.revision = 1;
+    assert!(matches!(
+        store.update(&ghost, vec![]).unwrap(),
+        Cas::Missing
+    ));
+    // Deadlines: `due` hands over what has run out of time, earliest first, and
+    // nothing that is not yet due or can no longer expire.
+    let ids = |v: Vec<RecordHead>| {
+        v.into_iter()
+            .map(|h| h.preview.proposal_id)
+            .collect::<Vec<_>>()
+    };
+    let at = Timestamp::from_unix;
+    assert_eq!(ids(store.due(at(1_800_000_069), 10).unwrap()), vec![]);
+    assert_eq!(
+        ids(store.due(at(1_800_000_070), 10).unwrap()),
+        vec![a.id().clone()]
+    );
+    assert_eq!(
+        ids(store.due(at(1_800_001_801), 10).unwrap()),
+        vec![a.id().clone(), b.id().clone()]
+    );
+    assert_eq!(
+        ids(store.due(at(1_800_001_801), 1).unwrap()),
+        vec![a.id().clone()]
+    );
+    let withdrawn = b.with_lifecycle(b.lifecycle.withdraw(now).unwrap(), now);
+    assert!(matches!(
+        store
+            .update(&withdrawn, ev(AuditKind::Withdrawn, &withdrawn))
+            .unwrap(),
+        Cas::Applied
+    ));
+    assert_eq!(
+        ids(store.due(at(1_900_000_000), 10).unwrap()),
+        vec![a.id().clone()]
+    );
+    assert_eq!(store.pending_count(None).unwrap(), 0);
+    assert_eq!(
+        store
+            .list_status(Status::Withdrawn, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.id().clone())
+            .collect::<Vec<_>>(),
+        vec![b.id().clone()]
+    );
+    assert_eq!(store.list_status(Status::Pending, 10).unwrap(), vec![]);
+    // Pages: an index walked newest first, strictly after the cursor, several
+    // status indexes merged, a filter that skips without ending the walk.
+    let heads = |p: &HeadPage| {
+        p.heads
+            .iter()
+            .map(|h| h.preview.proposal_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let all = ListIndex::Statuses(Status::ALL.to_vec());
+    let first = store.page(&all, None, 1, &mut |_| true).unwrap();
+    assert_eq!(heads(&first), vec![b.id().clone()]);
+    let next = first.next.clone().expect("a second page");
+    assert_eq!(Cursor::parse(&next.to_string()), Some(next.clone()));
+    let second = store.page(&all, Some(&next), 1, &mut |_| true).unwrap();
+    assert_eq!(heads(&second), vec![a.id().clone()]);
+    assert_eq!(second.next, None);
+    let approved_only = store
+        .page(&all, None, 10, &mut |h| {
+            h.lifecycle.status == Status::Approved
+        })
+        .unwrap();
+    assert_eq!(heads(&approved_only), vec![a.id().clone()]);
+    let agent1 = ListIndex::Agent(AgentName::parse("agent1").unwrap());
+    let mine = store.page(&agent1, None, 10, &mut |_| true).unwrap();
+    assert_eq!((heads(&mine), mine.next), (vec![a.id().clone()], None));
+    let withdrawn = ListIndex::Statuses(vec![Status::Withdrawn]);
+    let w = store.page(&withdrawn, None, 10, &mut |_| true).unwrap();
+    assert_eq!(heads(&w), vec![b.id().clone()]);
+    assert_eq!(
+        Cursor::parse("1800000000.p-a").map(|c| c.id),
+        Some(a.id().clone())
+    );
+    for bad in [
+        "",
+        "1800000000",
+        "x.p-a",
+        "-1.p-a",
+        "1800000000.",
+        "99999999999999.p-a",
+    ] {
+        assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+    }
+    // Policies are kept once per hash; storing one twice changes nothing.
+    let ph = Sha256Hex::digest(b"policy");
+    assert_eq!(store.get_policy(&ph).unwrap(), None);
+    store
+        .put_policy(&ph, &serde_json::json!({"kind": "note.write"}))
+        .unwrap();
+    store
+        .put_policy(&ph, &serde_json::json!({"kind": "other"}))
+        .unwrap();
+    assert_eq!(
+        store.get_policy(&ph).unwrap(),
+        Some(serde_json::json!({"kind": "note.write"}))
+    );
+    // The audit chain has every event, in order, and verifies.
+    let (entries, head) = store.audit().unwrap();
+    assert_eq!(entries.len(), 4);
+    assert_eq!(verify_chain(entries, head), Ok(4));
+    store.flush_blocking().unwrap();
+}

@@ -1,0 +1,389 @@
+//! Durable storage behind one contract ([`Store`]), with two backends: the embedded
+//! sled store ([`sled`], the default: one folder, nothing to install) and PostgreSQL
+//! for several instances on one database.
+//!
+//! The contract is what the service relies on: every state change is atomic (the
+//! record, its indexes, its counters and its audit entries together, or none), the
+//! execute claim is a compare-and-swap on the record's revision, and nothing is
+//! reported before [`Store::flush_blocking`] (or [`GroupCommit::flush`]) made it durable.
+//! [`contract`] holds the tests every backend must pass.
+
+use crate::audit::{self, AuditEntry, AuditEvent};
+use crate::notify::OutboxItem;
+use crate::record::{ProposalRecord, SCHEMA_VERSION};
+use approval_core::ids::AgentName;
+use approval_core::status::{Lifecycle, Status};
+use approval_core::{Kind, ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+
+/// A storage failure. Nothing half-written is left behind: every write is one atomic batch.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The backend failed (disk full, I/O error, corruption).
+    #[error("storage error: {0}")]
+    Backend(String),
+    /// A stored value cannot be read by this build.
+    #[error("stored record {key} cannot be read: {why}")]
+    Corrupt {
+        /// Which key.
+        key: String,
+        /// Why.
+        why: String,
+    },
+    /// An earlier failure stopped the store; the server is exiting (see `failstop`).
+    #[error("{0}")]
+    Stopped(String),
+    /// The data folder was written in a layout this build does not read.
+    #[error("{0}")]
+    Layout(String),
+    /// A proposal with this id already exists.
+    #[error("proposal {0} already exists")]
+    Exists(String),
+    /// A pending-proposal limit is reached.
+    #[error("{0}")]
+    Full(String),
+}
+
+/// Caps on PENDING proposals, enforced under the writer lock that creates them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingLimits {
+    /// Per agent.
+    pub per_agent: u64,
+    /// In all.
+    pub total: u64,
+}
+
+impl Default for PendingLimits {
+    fn default() -> Self {
+        Self {
+            per_agent: 10_000,
+            total: 1_000_000,
+        }
+    }
+}
+
+impl From<::sled::Error> for StoreError {
+    fn from(e: ::sled::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// The result of a compare-and-swap update.
+#[derive(Debug)]
+pub enum Cas {
+    /// Written.
+    Applied,
+    /// Someone else changed the record first; here is what is there now.
+    Conflict(Box<ProposalRecord>),
+    /// No such record.
+    Missing,
+}
+
+/// The audit chain in order, with the stored head `(seq, hash)`.
+pub type AuditLog = (Vec<AuditEntry>, Option<(u64, Sha256Hex)>);
+
+/// The most index entries one [`Store::page`] call walks, matching or not: a listing
+/// whose filter skips many records answers a short page with a cursor rather than
+/// walking the whole store in one request.
+pub const MAX_PAGE_SCAN: usize = 5_000;
+
+/// Where a listing resumes: the position (creation time, then id) of the last
+/// record it returned; the next page starts strictly after it, older first.
+///
+/// On the wire (`next_cursor`, `cursor`) it is `<created_at unix seconds>.<proposal id>`,
+/// opaque to clients: pass back what the server gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// Creation time of the last record returned.
+    pub created: Timestamp,
+    /// Its id.
+    pub id: ProposalId,
+}
+
+impl Cursor {
+    /// The position of a record.
+    pub fn of(created: Timestamp, id: &ProposalId) -> Self {
+        Self {
+            created,
+            id: id.clone(),
+        }
+    }
+
+    /// Parses the wire form; `None` for anything the server did not hand out.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (secs, id) = text.split_once('.')?;
+        if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) || secs.len() > 12 {
+            return None;
+        }
+        let unix: i64 = secs.parse().ok()?;
+        let created = Timestamp::from_unix(unix);
+        if created.unix() != unix {
+            return None;
+        }
+        let id = ProposalId::parse(id).ok()?;
+        Some(Self { created, id })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.created.unix(), self.id)
+    }
+}
+
+/// Which index a listing walks, newest first.
+#[derive(Debug, Clone)]
+pub enum ListIndex {
+    /// One agent's records.
+    Agent(AgentName),
+    /// Records stored with any of these statuses (merged in creation order).
+    Statuses(Vec<Status>),
+}
+
+/// The fields of a stored record a listing filters and shows, decoded without the
+/// payload, the decisions or the result: walking an index costs the index, not the
+/// records' size.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecordHead {
+    /// Record format version.
+    pub schema: u32,
+    /// The preview without its payload.
+    pub preview: PreviewHead,
+    /// `preview_sha256`.
+    pub preview_sha256: Sha256Hex,
+    /// Status and deadlines.
+    pub lifecycle: Lifecycle,
+}
+
+/// A preview without its payload.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PreviewHead {
+    /// The proposal's id.
+    pub proposal_id: ProposalId,
+    /// Its kind.
+    pub kind: Kind,
+    /// The agent's summary.
+    pub summary: String,
+    /// The agent.
+    pub requested_by: AgentName,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Expires.
+    pub expires_at: Timestamp,
+    /// Its policy's hash.
+    pub policy_sha256: Sha256Hex,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct HeadPage {
+    /// The records that matched, newest first.
+    pub heads: Vec<RecordHead>,
+    /// Where the next page starts; `None` when the index is exhausted.
+    pub next: Option<Cursor>,
+}
+
+/// What any storage backend must do. Contract tests in this module run against
+/// every implementation.
+pub trait Store: Send + Sync + 'static {
+    /// The server's permanent identity, made at first start.
+    fn server_id(&self) -> &ServerId;
+    /// The public identity key bound to `server_id`, once bound (see `identity`).
+    fn server_key(&self) -> Result<Option<PublicKey>, StoreError>;
+    /// Binds `key` to `server_id` if no key is bound yet, durably; returns the key
+    /// bound now (the first one bound wins, and is never replaced).
+    fn bind_server_key(&self, key: &PublicKey) -> Result<PublicKey, StoreError>;
+    /// Reads a record.
+    fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError>;
+    /// Writes a new record with its audit events, refusing an id that exists or a
+    /// PENDING record beyond `limits`.
+    fn create(
+        &self,
+        rec: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        limits: PendingLimits,
+    ) -> Result<(), StoreError>;
+    /// Keeps a canonical policy under its hash (idempotent). Written before any record
+    /// that names it, so a record never refers to a policy the store lacks.
+    fn put_policy(&self, hash: &Sha256Hex, canonical: &serde_json::Value)
+        -> Result<(), StoreError>;
+    /// A canonical policy by its hash.
+    fn get_policy(&self, hash: &Sha256Hex) -> Result<Option<serde_json::Value>, StoreError>;
+    /// PENDING records of one agent, or of all (kept as counters: O(1)).
+    fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError>;
+    /// Replaces the record if its stored revision is `new.revision - 1`, with its audit events.
+    fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError>;
+    /// Records with this stored status, newest first.
+    fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError>;
+    /// An agent's records, newest first.
+    fn list_agent(
+        &self,
+        agent: &AgentName,
+        limit: usize,
+    ) -> Result<Vec<ProposalRecord>, StoreError>;
+    /// Walks `index` newest first, strictly after `after`, decoding only each record's
+    /// head, and returns up to `limit` heads that `keep` accepts. Walks at most
+    /// [`MAX_PAGE_SCAN`] entries; `next` is set whenever entries may remain.
+    fn page(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<HeadPage, StoreError>;
+    /// Up to `limit` records whose deadline ([`Lifecycle::deadline`]) has passed at
+    /// `now`, earliest first: what the expiry sweep ends. Costs the number of
+    /// records due, not the number alive.
+    /// Heads only: a sweep of a thousand large records must not hold them all.
+    fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError>;
+    /// Number of records with this stored status.
+    fn count_status(&self, status: Status) -> Result<usize, StoreError>;
+    /// The whole audit chain in order, and the stored head.
+    fn audit(&self) -> Result<AuditLog, StoreError>;
+    /// Makes every write so far durable (fsync). Blocking.
+    fn flush_blocking(&self) -> Result<(), StoreError>;
+    /// Why the store stopped working, once it has (see `failstop`).
+    fn failure(&self) -> Option<String> {
+        None
+    }
+    /// Turns the notification outbox on or off (off: no channel is configured, so
+    /// writes queue nothing), with the most entries it may hold; past that a state
+    /// change still commits and its notifications are dropped and counted.
+    fn set_outbox(&self, _on: bool, _cap: u64) {}
+    /// Up to `limit` outbox entries, oldest first.
+    fn outbox_page(&self, _limit: usize) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// Rewrites an outbox entry (its retry state).
+    fn outbox_put(&self, _seq: u64, _item: &OutboxItem) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Removes a delivered (or abandoned) outbox entry.
+    fn outbox_remove(&self, _seq: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Entries queued, and notifications dropped at the cap since start.
+    fn outbox_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+/// Most times a flusher yields to let writers under way join its group.
+const GATHER_YIELDS: usize = 8;
+
+/// Shares fsyncs between concurrent writers (group commit).
+pub struct GroupCommit {
+    store: Arc<dyn Store>,
+    flusher: tokio::sync::Mutex<()>,
+    requested: AtomicU64,
+    completed: tokio::sync::watch::Sender<u64>,
+    fsyncs: AtomicU64,
+    inflight: AtomicU64,
+}
+
+impl GroupCommit {
+    /// Wraps a store.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            flusher: tokio::sync::Mutex::new(()),
+            requested: AtomicU64::new(0),
+            completed: tokio::sync::watch::channel(0).0,
+            fsyncs: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns once every write made before the call is durable.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        // The caller's writes happened before this ticket was taken, so any
+        // fsync that starts after the ticket covers them.
+        let ticket = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut done = self.completed.subscribe();
+        loop {
+            if *done.borrow_and_update() >= ticket {
+                return Ok(());
+            }
+            if let Ok(guard) = self.flusher.try_lock() {
+                if *self.completed.borrow() >= ticket {
+                    return Ok(());
+                }
+                // Let writers that are already runnable reach their ticket first, so
+                // this fsync covers them too: a larger group costs the same one fsync.
+                for _ in 0..GATHER_YIELDS {
+                    let ticketed = self.requested.load(Ordering::SeqCst) - *self.completed.borrow();
+                    if self.inflight.load(Ordering::SeqCst) <= ticketed {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                let target = self.requested.load(Ordering::SeqCst);
+                let store = self.store.clone();
+                let started = std::time::Instant::now();
+                let r = tokio::task::spawn_blocking(move || store.flush_blocking())
+                    .await
+                    .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?;
+                let covered = target - *self.completed.borrow();
+                tracing::trace!(
+                    micros = started.elapsed().as_micros() as u64,
+                    covered,
+                    "group flush"
+                );
+                self.fsyncs.fetch_add(1, Ordering::Relaxed);
+                drop(guard);
+                if let Err(e) = r {
+                    // Wake the writers waiting on this flush without advancing the mark:
+                    // each tries a flush of its own and gets its own error, rather than
+                    // waiting for a success that will not come.
+                    self.completed.send_modify(|_| {});
+                    return Err(e);
+                }
+                self.completed.send_modify(|c| *c = (*c).max(target));
+            } else if done.changed().await.is_err() {
+                return Err(StoreError::Backend("flusher stopped".into()));
+            }
+        }
+    }
+
+    /// How many fsyncs ran (for benchmarks and tests).
+    pub fn fsync_count(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Marks a write as under way until the guard drops (after its flush), so that a
+    /// read that may have seen it can wait for it to be durable ([`GroupCommit::settle`]).
+    pub fn begin(&self) -> WriteGuard<'_> {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        WriteGuard(self)
+    }
+
+    /// Returns once nothing a read may have seen is still waiting for its fsync: at
+    /// once when no write is under way, else after a (shared) flush. Call it after
+    /// reading and before replying, so no answer reports a state that is not on disk.
+    pub async fn settle(&self) -> Result<(), StoreError> {
+        if self.inflight.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        self.flush().await
+    }
+}
+
+/// A write under way; see [`GroupCommit::begin`].
+pub struct WriteGuard<'a>(&'a GroupCommit);
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod contract;
+pub mod sled;
+
+pub use self::sled::{SledStore, CACHE_BYTES};
