@@ -388,8 +388,20 @@ impl Tree {
         trace!("applying batch {:?}", batch);
         for (k, v_opt) in batch.writes {
             loop {
-                if self.insert_inner(&k, v_opt.clone(), guard)?.is_ok() {
-                    break;
+                match self.insert_inner(&k, v_opt.clone(), guard) {
+                    Ok(Ok(_)) => break,
+                    Ok(Err(_conflict)) => continue,
+                    // PATCH (vendor/sled/PATCHES.md §2): a write of the batch failed
+                    // after earlier ones were logged. Unpatched, the dropped peg
+                    // marked the manifest Canceled, so recovery replayed whatever
+                    // part of the batch had reached the disk: a torn batch.
+                    // Poisoning marks the batch as never complete, so recovery stops
+                    // at its manifest, and stops this Db (its memory holds the part
+                    // already applied), so nothing is written after it.
+                    Err(e) => {
+                        peg.poison(e.clone());
+                        return Err(e);
+                    }
                 }
             }
         }

@@ -431,6 +431,20 @@ impl<'a> RecoveryGuard<'a> {
             self.batch_res.log.iobufs.max_reserved_lsn.load(Acquire);
         self.batch_res.mark_writebatch(max_reserved).map(|_| ())
     }
+
+    /// PATCH (vendor/sled/PATCHES.md §2): the batch failed part-way. Its
+    /// manifest names an LSN that can never be stable, so recovery stops at
+    /// the manifest and replays none of the batch (nor anything after it);
+    /// then `error` becomes the Db's global error, so no later write, flush or
+    /// batch succeeds in this process and nothing acknowledged can follow the
+    /// torn batch in the log. Writing the manifest may itself fail (the disk is
+    /// full): then its slot is never written, which recovery reads as a tear at
+    /// the same place.
+    pub(crate) fn poison(self, error: Error) {
+        let config = self.batch_res.log.config.clone();
+        let _ = self.batch_res.mark_writebatch(Lsn::max_value());
+        config.set_global_error(error);
+    }
 }
 
 /// A page consists of a sequence of state transformations
