@@ -865,3 +865,76 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
     assert!(out.stdout.is_empty());
     Ok(())
 }
+
+/// The other decisions by clicks: a veto on a pending card, and a revocation of an
+/// approved proposal opened by a prefix of its id (as `signer-cli show` takes it).
+#[tokio::test]
+async fn reject_and_revoke_from_the_page() -> Result<()> {
+    let (world, server) = note_world().await?;
+    let mcp = server.mcp().await?;
+    let ui = Ui::start(&world, "alice", &server).await?;
+    let b = Browser::start().await?;
+    b.goto(&ui.url).await?;
+
+    let p = mcp
+        .prepare("note.write", json!({"text": "veto me"}), "To be vetoed")
+        .await?;
+    let (id, hash) = (p.proposal_id(), p.preview_sha256());
+    let c = card(&id);
+    b.wait(
+        "the proposal",
+        "return document.querySelector(arguments[0]) !== null",
+        json!([c]),
+    )
+    .await?;
+    b.click(&format!("{c} select[name=decision] option[value=reject]"))
+        .await?;
+    b.type_into(&format!("{c} input[name=confirm]"), &hash[..8])
+        .await?;
+    b.type_into(&format!("{c} input[name=reason]"), "not today")
+        .await?;
+    b.click(&format!("{c} button[name=sign]")).await?;
+    let outcome = b
+        .wait(
+            "the veto",
+            "const o = document.querySelector('#log .outcome'); return o && o.textContent",
+            json!([]),
+        )
+        .await?;
+    assert_eq!(outcome, "rejected: proposal is REJECTED (1 of 1 vetoes)");
+    assert_eq!(mcp.status(&id).await?.status(), "REJECTED");
+
+    // Approved by both with the CLI, then revoked from the page before it runs.
+    let q = mcp
+        .prepare("note.write", json!({"text": "revoke me"}), "To be revoked")
+        .await?;
+    let (id, hash) = (q.proposal_id(), q.preview_sha256());
+    world.signer("alice", &server).approve(&id).await?;
+    world.signer("bob", &server).approve(&id).await?;
+    mcp.wait_status(&id, "APPROVED", STEP_TIMEOUT).await?;
+    b.type_into("#open input[name=id]", &id[2..10]).await?;
+    b.click("#open button").await?;
+    let opened = format!("#opened article[data-id=\"{id}\"]");
+    let options = b
+        .wait(
+            "the opened proposal",
+            "const e = document.querySelector(arguments[0]); return e && [...e.querySelectorAll('option')].map(o => o.value)",
+            json!([opened]),
+        )
+        .await?;
+    assert_eq!(options, json!(["revoke"]));
+    b.type_into(&format!("{opened} input[name=confirm]"), &hash[..8])
+        .await?;
+    b.click(&format!("{opened} button[name=sign]")).await?;
+    b.wait(
+        "the revocation",
+        "return [...document.querySelectorAll('#log .outcome')].some(o => o.textContent.startsWith('revoked: '))",
+        json!([]),
+    )
+    .await?;
+    let st = mcp.status(&id).await?;
+    assert!(!st.executable(), "{}", st.structured);
+    let run = mcp.execute(&id, &hash).await?;
+    assert_ne!(run.status(), "SUCCEEDED", "{}", run.structured);
+    Ok(())
+}

@@ -99,9 +99,23 @@ function fill(card, item) {
   card.className = 'proposal';
   card.append(
     el('h3', {}, `${item.proposal_id}  ${item.kind}  ${item.summary}`),
-    el('pre', { class: 'preview' }, item.text),
+    preview(item.text),
   );
   if (item.decisions.length) card.append(decideForm(item));
+}
+
+// The text as `signer-cli show` prints it, one span per line, so that warning
+// lines can stand out as the terminal's highlight does (textContent is unchanged).
+function preview(text) {
+  const pre = el('pre', { class: 'preview' });
+  const lines = text.split('\n');
+  const last = lines.pop();
+  for (const line of lines) {
+    const warn = line.startsWith('WARNING: ');
+    pre.append(warn ? el('span', { class: 'warning' }, line) : line, '\n');
+  }
+  pre.append(last);
+  return pre;
 }
 
 function card(item) {
