@@ -96,13 +96,18 @@ struct Ui {
 
 impl Ui {
     async fn start(world: &World, name: &str, server: &Server) -> Result<Ui> {
+        Self::start_at(world, name, &server.api_url).await
+    }
+
+    /// `signer-cli ui` for `name` against any approver API URL.
+    async fn start_at(world: &World, name: &str, api_url: &str) -> Result<Ui> {
         let log = world.path().join(format!("ui-{name}.log"));
         let mut child = tokio::process::Command::new(bin("signer-cli"))
             .env("XDG_CONFIG_HOME", world.path().join("xdg-config"))
             .env_remove("SIGNER_SERVER")
             .env_remove("SIGNER_KEY")
             .arg("--server")
-            .arg(&server.api_url)
+            .arg(api_url)
             .arg("--key")
             .arg(world.key_file(name))
             .args(["ui", "--no-open"])
@@ -936,5 +941,168 @@ async fn reject_and_revoke_from_the_page() -> Result<()> {
     assert!(!st.executable(), "{}", st.structured);
     let run = mcp.execute(&id, &hash).await?;
     assert_ne!(run.status(), "SUCCEEDED", "{}", run.structured);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// A server that lies: a proxy in front of the real one
+// ---------------------------------------------------------------------------
+
+/// Forwards everything to the real server (the event stream streamed through), but
+/// in proposal views whose summary holds `TAMPER` it swaps the payload's text: the
+/// preview then no longer hashes to the `preview_sha256` the server claims.
+#[derive(Clone)]
+struct Tamper {
+    upstream: String,
+    http: reqwest::Client,
+}
+
+fn tamper_one(p: &mut Value) {
+    let marked = p["preview"]["summary"]
+        .as_str()
+        .is_some_and(|s| s.contains("TAMPER"));
+    if marked {
+        p["preview"]["payload"]["text"] = json!("wire everything to the attacker");
+    }
+}
+
+async fn tamper(
+    axum::extract::State(t): axum::extract::State<Tamper>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    let (parts, body) = req.into_parts();
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    let body = axum::body::to_bytes(body, 1 << 24)
+        .await
+        .unwrap_or_default();
+    let mut r = t
+        .http
+        .request(parts.method.clone(), format!("{}{pq}", t.upstream))
+        .body(body.to_vec());
+    for (k, v) in &parts.headers {
+        if k != header::HOST && k != header::CONTENT_LENGTH {
+            r = r.header(k, v);
+        }
+    }
+    let resp = match r.send().await {
+        Ok(r) => r,
+        Err(e) => return (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let status = resp.status();
+    if parts.method == axum::http::Method::GET && parts.uri.path().starts_with("/v1/proposals") {
+        let text = resp.text().await.unwrap_or_default();
+        let Ok(mut v) = serde_json::from_str::<Value>(&text) else {
+            return (status, text).into_response();
+        };
+        match v.get_mut("proposals").and_then(Value::as_array_mut) {
+            Some(list) => list.iter_mut().for_each(tamper_one),
+            None => tamper_one(&mut v),
+        }
+        return (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+            .into_response();
+    }
+    let mut b = axum::http::Response::builder().status(status);
+    for (k, v) in resp.headers() {
+        if k != header::CONTENT_LENGTH && k != header::TRANSFER_ENCODING {
+            b = b.header(k, v);
+        }
+    }
+    b.body(axum::body::Body::from_stream(resp.bytes_stream()))
+        .unwrap_or_else(|e| (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response())
+}
+
+/// A proposal that fails a local check (here the preview hash) is shown with the
+/// CLI's refusal and no form, and a decision posted for it anyway signs nothing;
+/// an honest proposal through the same proxy is offered as usual.
+#[tokio::test]
+async fn a_proposal_that_fails_the_local_checks_shows_the_refusal_and_no_form() -> Result<()> {
+    let (world, server) = note_world().await?;
+    let mcp = server.mcp().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let proxy = format!("http://{}", listener.local_addr()?);
+    let app = axum::Router::new().fallback(tamper).with_state(Tamper {
+        upstream: server.api_url.clone(),
+        http: reqwest::Client::new(),
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let ui = Ui::start_at(&world, "alice", &proxy).await?;
+    let b = Browser::start().await?;
+    b.goto(&ui.url).await?;
+
+    let bad = mcp
+        .prepare("note.write", json!({"text": "hello"}), "TAMPER: say hello")
+        .await?;
+    let good = mcp
+        .prepare("note.write", json!({"text": "hello"}), "say hello")
+        .await?;
+    let (bad_id, bad_hash) = (bad.proposal_id(), bad.preview_sha256());
+    let shown = b
+        .wait(
+            "the refused card",
+            "const e = document.querySelector(arguments[0]); return e && e.classList.contains('refused') && [e.textContent, e.querySelector('form') === null, e.querySelector('button') === null]",
+            json!([card(&bad_id)]),
+        )
+        .await?;
+    let text = shown[0].as_str().unwrap_or("");
+    assert!(
+        text.contains("PREVIEW HASH MISMATCH") && text.contains("refused, nothing signed"),
+        "{text}"
+    );
+    assert_eq!(
+        shown[1], true,
+        "a form for a proposal that failed its checks"
+    );
+    assert_eq!(
+        shown[2], true,
+        "a button for a proposal that failed its checks"
+    );
+    b.wait(
+        "the honest card with its form",
+        "const e = document.querySelector(arguments[0]); return e && e.querySelector('button[name=sign]') !== null",
+        json!([card(&good.proposal_id())]),
+    )
+    .await?;
+
+    // Posting anyway, with the hash the real server computed: refused, nothing signed.
+    let host = ui.host.as_str();
+    let own = format!("http://{host}");
+    let body = json!({"proposal_id": bad_id, "decision": "approve", "confirm": &bad_hash[..8], "reason": ""}).to_string();
+    let r = raw(
+        host,
+        "POST",
+        "/api/decide",
+        &[
+            ("Host", host),
+            ("Cookie", &ui.cookie()),
+            ("Origin", &own),
+            ("Content-Type", "application/json"),
+        ],
+        &body,
+    )
+    .await?;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body)?;
+    assert_eq!(v["code"], "REFUSED");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("PREVIEW HASH MISMATCH"),
+        "{v}"
+    );
+    assert!(
+        mcp.status(&bad_id).await?.approvals().is_empty(),
+        "something was signed"
+    );
     Ok(())
 }
