@@ -1106,3 +1106,70 @@ async fn a_proposal_that_fails_the_local_checks_shows_the_refusal_and_no_form() 
     );
     Ok(())
 }
+
+/// Without `--no-open` the browser is started on a private redirect file: the
+/// secret never appears in a command line (which other local users can read in
+/// /proc), and the file is readable by this user only.
+#[tokio::test]
+async fn the_browser_is_opened_through_a_private_file_never_with_the_secret_in_argv() -> Result<()>
+{
+    let (world, server) = note_world().await?;
+    let seen = world.path().join("xdg-open.seen");
+    let bin_dir = world.path().join("fake-bin");
+    std::fs::create_dir_all(&bin_dir)?;
+    let opener = bin_dir.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\n{{ echo \"args: $*\"; stat -c 'mode: %a' \"$1\"; cat \"$1\"; }} > {}.tmp && mv {}.tmp {}\n",
+            seen.display(),
+            seen.display(),
+            seen.display()
+        ),
+    )?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = tokio::process::Command::new(bin("signer-cli"))
+        .env("XDG_CONFIG_HOME", world.path().join("xdg-config"))
+        .env("PATH", path)
+        .arg("--server")
+        .arg(&server.api_url)
+        .arg("--key")
+        .arg(world.key_file("alice"))
+        .arg("ui")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let line = tokio::time::timeout(STEP_TIMEOUT, BufReader::new(stdout).lines().next_line())
+        .await??
+        .context("no URL line")?;
+    let url = line
+        .strip_prefix("Approver UI: ")
+        .context("no URL")?
+        .to_owned();
+    let secret = url.rsplit("?s=").next().unwrap_or("").to_owned();
+    assert_eq!(secret.len(), 43, "{url}");
+    let text = poll_until("xdg-open to run", STEP_TIMEOUT, || async {
+        Ok(std::fs::read_to_string(&seen).ok())
+    })
+    .await?;
+    let args = text.lines().next().unwrap_or("");
+    assert!(!args.contains(&secret), "the secret is in argv: {args}");
+    assert!(
+        args.contains("signer-cli-ui-") && args.ends_with(".html"),
+        "{args}"
+    );
+    assert!(text.contains("\nmode: 600\n"), "{text}");
+    assert!(text.contains(&format!("url={url}\"")), "{text}");
+    Ok(())
+}
