@@ -1121,7 +1121,7 @@ async fn the_browser_is_opened_through_a_private_file_never_with_the_secret_in_a
     std::fs::write(
         &opener,
         format!(
-            "#!/bin/sh\n{{ echo \"args: $*\"; stat -c 'mode: %a' \"$1\"; cat \"$1\"; }} > {}.tmp && mv {}.tmp {}\n",
+            "#!/bin/sh\n{{ echo \"args: $*\"; stat -c 'mode: %a' \"$1\"; cat \"$1\"; }} > {}.tmp && mv {}.tmp {}\nrm -f \"$1\"\n",
             seen.display(),
             seen.display(),
             seen.display()

@@ -52,9 +52,7 @@ pub async fn ui(settings: &Settings, listen: &str, open: bool) -> Result<()> {
     eprintln!(
         "signer-cli: serving the approver page for {me} on {local} (Ctrl-C to stop); the URL above holds its secret: do not share it"
     );
-    if open {
-        open_browser(&url);
-    }
+    let opened = if open { open_browser(&url) } else { None };
     let live = {
         let st = state.clone();
         async move {
@@ -69,20 +67,27 @@ pub async fn ui(settings: &Settings, listen: &str, open: bool) -> Result<()> {
         }
     };
     let serve = axum::serve(listener, app(state));
-    tokio::select! {
+    let result = tokio::select! {
         r = serve => r.map_err(|e| network(format!("the page's server stopped: {e}"))),
         () = live => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    // Ctrl-C before the clean-up thread's time: the redirect file goes now.
+    if let Some(f) = opened {
+        let _ = std::fs::remove_file(f);
     }
+    result
 }
 
 /// Opens the default browser on `url` (xdg-open, or open on macOS) through a
-/// private redirect file; a failure is a note on stderr, not an error.
-fn open_browser(url: &str) {
+/// private redirect file, removed after [`OPEN_FILE_LIFETIME`] or on Ctrl-C;
+/// returns that file. A failure is a note on stderr, not an error.
+fn open_browser(url: &str) -> Option<PathBuf> {
     let file = match redirect_file(url) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("signer-cli: cannot open a browser ({e}); open the URL above yourself");
-            return;
+            return None;
         }
     };
     let opener = if cfg!(target_os = "macos") {
@@ -100,10 +105,12 @@ fn open_browser(url: &str) {
         Ok(_) => {}
         Err(e) => eprintln!("signer-cli: cannot run {opener} ({e}); open the URL above yourself"),
     }
+    let later = file.clone();
     std::thread::spawn(move || {
         std::thread::sleep(OPEN_FILE_LIFETIME);
-        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_file(&later);
     });
+    Some(file)
 }
 
 /// A file readable only by this user that sends the browser to `url`.
