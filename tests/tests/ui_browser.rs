@@ -401,8 +401,10 @@ impl Drop for Browser {
                 "DELETE /session/{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
                 self.session, self.port
             );
-            let mut sink = Vec::new();
-            let _ = s.read_to_end(&mut sink);
+            // The answer comes once the browser has quit; its first bytes are enough
+            // (chromedriver may keep the connection open after them).
+            let mut first = [0u8; 64];
+            let _ = s.read(&mut first);
         }
         let _ = self.driver.start_kill();
     }
@@ -447,6 +449,13 @@ async fn a_whole_approval_by_clicks_and_typing_with_a_live_arrival() -> Result<(
     b.wait(
         "the empty list",
         "return !document.querySelector('#empty').hidden",
+        json!([]),
+    )
+    .await?;
+    // The page's own event stream is open before the agent proposes.
+    b.wait(
+        "the page's event stream",
+        "return document.querySelector('#live').textContent === 'live updates: on'",
         json!([]),
     )
     .await?;
