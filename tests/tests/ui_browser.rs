@@ -748,6 +748,23 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
     assert_eq!(r.status, 200, "{}", r.body);
     let st: Value = serde_json::from_str(&r.body)?;
     assert_eq!(st["me"], "alice");
+    // Bad input to the page's own API: a clear code, not a bare framework error.
+    for q in ["/api/proposal", "/api/proposal?id=", "/api/proposal?id=%20"] {
+        let r = raw(&addr, "GET", q, &[("Host", host), ("Cookie", &cookie)], "").await?;
+        assert_eq!(r.status, 400, "{q}: {}", r.body);
+        let v: Value = serde_json::from_str(&r.body)?;
+        assert_eq!(v["code"], "USAGE", "{q}: {v}");
+    }
+    let r = raw(
+        &addr,
+        "GET",
+        "/api/proposal?id=p-zz%E2%80%AE",
+        &[("Host", host), ("Cookie", &cookie)],
+        "",
+    )
+    .await?;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("\\u{202e}"), "{}", r.body);
 
     // Decisions: only from this page's origin, only as JSON.
     let p = mcp

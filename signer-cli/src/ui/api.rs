@@ -126,13 +126,16 @@ async fn pending(st: &UiState) -> anyhow::Result<Vec<Value>> {
 #[derive(Deserialize)]
 pub struct Which {
     /// A proposal id or a unique prefix, as `signer-cli show` takes it.
-    id: String,
+    id: Option<String>,
 }
 
 /// `GET /api/proposal?id=ID`: one proposal of any status, as `signer-cli show ID`.
 pub async fn proposal(State(st): State<Arc<UiState>>, Query(q): Query<Which>) -> Response {
     let got = async {
-        let id = crate::commands::pick::pick(&st.client, Some(&q.id), None).await?;
+        let typed =
+            q.id.filter(|i| !i.trim().is_empty())
+                .ok_or_else(|| usage("give a proposal id, or a unique prefix of it (?id=...)"))?;
+        let id = crate::commands::pick::pick(&st.client, Some(&typed), None).await?;
         let (c, _) = fetch(&st.client, &id).await?;
         anyhow::Ok(item(&st, &c))
     }
