@@ -9,6 +9,7 @@
 //! - [`display`]: escaping untrusted text and rendering;
 //! - [`unicode`]: which characters render blank and which words look like others (pure);
 //! - [`commands`]: one module per command;
+//! - [`ui`]: the approver's page (`signer-cli ui`): a loopback server and its guards;
 //! - [`failure`]: the exit code each error means (mapped in `main`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -21,4 +22,5 @@ pub mod display;
 pub mod failure;
 pub mod known_servers;
 pub mod proposal;
+pub mod ui;
 pub mod unicode;

@@ -2,7 +2,7 @@
 
 use approval_core::Decision;
 use clap::{Parser, Subcommand, ValueEnum};
-use signer_cli::commands::{decide, keygen, offline, pending, receipt, show, trust, watch};
+use signer_cli::commands::{decide, keygen, offline, pending, receipt, show, trust, ui, watch};
 use signer_cli::config::Settings;
 use signer_cli::failure::{kind_of, usage};
 use std::path::PathBuf;
@@ -163,6 +163,15 @@ enum Command {
     },
     /// Re-pin the server's id and key after an intended change (shows old and new).
     TrustServer,
+    /// Serve a page to decide from a browser (on this machine only); signing stays here.
+    Ui {
+        /// Where to listen: a loopback address only (port 0: any free port).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Only print the URL; do not open a browser.
+        #[arg(long)]
+        no_open: bool,
+    },
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -207,6 +216,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hash { preview_file } => offline::hash(s, &preview_file),
         Command::Watch { notify } => watch::watch(s, notify).await,
         Command::TrustServer => trust::trust_server(s).await,
+        Command::Ui { listen, no_open } => ui::ui(s, &listen, !no_open).await,
     }
 }
 

@@ -8,13 +8,14 @@
 use super::show::fetch;
 use super::{connect, out, outln};
 use crate::client::now_unix;
+use crate::client::Client;
 use crate::config::Settings;
 use crate::display::{color, to_json};
 use crate::failure::{kind_of, network, refused, usage, ExitKind};
 use crate::proposal::{check, Checked};
 use anyhow::Result;
 use approval_core::message::check_reason;
-use approval_core::{Decision, SignedDecision, Status};
+use approval_core::{ApproverName, Decision, ServerId, SignedDecision, Status};
 use serde_json::{json, Value};
 use std::io::BufRead;
 
@@ -41,7 +42,6 @@ fn verb(decision: Decision) -> &'static str {
 
 /// Asks the human for the first 8 characters of the hash on stdin.
 fn confirm(c: &Checked, decision: Decision) -> Result<()> {
-    let prefix = c.hash.prefix(8);
     eprint!(
         "To {} proposal {}, type the first 8 characters of its preview hash: ",
         verb(decision),
@@ -57,14 +57,137 @@ fn confirm(c: &Checked, decision: Decision) -> Result<()> {
             "no confirmation typed (stdin is closed): nothing signed; scripts pass --yes",
         ));
     }
-    let typed = line.trim().to_ascii_lowercase();
-    if typed != prefix && typed != c.hash.to_hex() {
+    check_confirmation(c, &line)
+}
+
+/// Whether what the human typed is the first 8 characters (or all) of the hash
+/// recomputed here: the one comparison both the terminal and `ui` make.
+pub fn check_confirmation(c: &Checked, typed: &str) -> Result<()> {
+    let t = typed.trim().to_ascii_lowercase();
+    if t != c.hash.prefix(8) && t != c.hash.to_hex() {
         return Err(refused(format!(
             "you typed {}, which is not the first 8 characters of the preview hash: nothing signed",
-            crate::display::quote(line.trim())
+            crate::display::quote(typed.trim())
         )));
     }
     Ok(())
+}
+
+/// Refuses a decision this approver may not make on this proposal now: not named
+/// by its policy, or the proposal is not in the status the decision needs.
+pub fn may_make(checked: &Checked, me: &ApproverName, decision: Decision) -> Result<()> {
+    let id = &checked.preview.proposal_id;
+    if !checked.may_decide(me) {
+        return Err(refused(format!(
+            "you ({me}) are not an approver in the policy of kind {} (approvers: {}): nothing signed",
+            checked.preview.kind,
+            checked
+                .policy
+                .spec()
+                .approvers
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let (needed, needed_text) = allowed(decision);
+    if checked.status != needed {
+        return Err(refused(format!(
+            "proposal {id} is {}: {decision} is only possible while it is {needed_text}; nothing signed",
+            checked.status.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// The decisions that fit a proposal's status now (what `ui` offers).
+pub fn fitting(status: Status) -> Vec<Decision> {
+    Decision::ALL
+        .into_iter()
+        .filter(|d| allowed(*d).0 == status)
+        .collect()
+}
+
+/// What the server recorded for a decision, checked again here.
+pub struct Sent {
+    /// The proposal after the decision, checked like before it.
+    pub after: Checked,
+    /// The server's `recorded`.
+    pub recorded: bool,
+    /// The server had this decision already (a resend).
+    pub already: bool,
+    /// The outcome line (see [`outcome_line`]).
+    pub line: String,
+}
+
+/// Signs `decision` over the hash recomputed here and sends it; checks the answer
+/// (same proposal, same preview). Called only after [`may_make`] and the human's
+/// confirmation.
+pub async fn sign_and_send(
+    client: &Client,
+    checked: &Checked,
+    server_id: &ServerId,
+    decision: Decision,
+    reason: &str,
+) -> Result<Sent> {
+    let id = &checked.preview.proposal_id;
+    let key = client
+        .key()
+        .ok_or_else(|| usage("this command needs your key (--key FILE)"))?;
+    let signed = SignedDecision::sign(&key.key, key.name.clone(), decision, &checked.hash, reason)
+        .map_err(|e| usage(e.to_string()))?;
+    let body = serde_json::to_value(&signed)
+        .map_err(|e| network(format!("cannot encode the decision: {e}")))?;
+    let resp = client
+        .post(&format!("/v1/proposals/{id}/decisions"), &body)
+        .await
+        .map_err(|e| {
+            if kind_of(&e) == ExitKind::Network {
+                // Signatures are deterministic: sending the same decision again is harmless.
+                network(format!(
+                    "{e}; the decision may or may not have been recorded: check with `signer-cli show {id}`, or run the same command again"
+                ))
+            } else {
+                e
+            }
+        })?;
+    // A decision the server already had is answered without the proposal view (a
+    // replayed decision body must not read the proposal); read it with a signed GET.
+    let reread;
+    let view = match resp.get("proposal") {
+        Some(v) => v,
+        None if resp.get("already_recorded").and_then(Value::as_bool) == Some(true) => {
+            reread = client.get(&format!("/v1/proposals/{id}")).await?;
+            &reread
+        }
+        None => {
+            return Err(network(
+                "the server's answer to the decision has no `proposal`",
+            ))
+        }
+    };
+    let after = check(view, Some(id), server_id).map_err(|e| {
+        refused(format!(
+            "the decision was sent, but the server's answer does not check: {e}"
+        ))
+    })?;
+    if after.hash != checked.hash {
+        return Err(refused(format!(
+            "the decision was sent, but the server now shows preview {} instead of the {} you signed",
+            after.hash, checked.hash
+        )));
+    }
+    let line = outcome_line(decision, &after);
+    Ok(Sent {
+        recorded: resp
+            .get("recorded")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        already: resp.get("already_recorded").and_then(Value::as_bool) == Some(true),
+        after,
+        line,
+    })
 }
 
 /// The outcome line, e.g. `approved: 1 of 2, waiting for 1 more (and 1 of [carol])`.
@@ -127,96 +250,32 @@ pub async fn decide(
     } else {
         out(&shown);
     }
-    let key = client
+    let me = client
         .key()
+        .map(|k| k.name.clone())
         .ok_or_else(|| usage("this command needs your key (--key FILE)"))?;
-    let me = &key.name;
-    if !checked.may_decide(me) {
-        return Err(refused(format!(
-            "you ({me}) are not an approver in the policy of kind {} (approvers: {}): nothing signed",
-            checked.preview.kind,
-            checked
-                .policy
-                .spec()
-                .approvers
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let (needed, needed_text) = allowed(decision);
-    if checked.status != needed {
-        return Err(refused(format!(
-            "proposal {id} is {}: {decision} is only possible while it is {needed_text}; nothing signed",
-            checked.status.as_str()
-        )));
-    }
+    may_make(&checked, &me, decision)?;
     if !yes {
         confirm(&checked, decision)?;
     }
-    let signed = SignedDecision::sign(&key.key, me.clone(), decision, &checked.hash, reason)
-        .map_err(|e| usage(e.to_string()))?;
-    let body = serde_json::to_value(&signed)
-        .map_err(|e| network(format!("cannot encode the decision: {e}")))?;
-    let resp = client
-        .post(&format!("/v1/proposals/{id}/decisions"), &body)
-        .await
-        .map_err(|e| {
-            if kind_of(&e) == ExitKind::Network {
-                // Signatures are deterministic: sending the same decision again is harmless.
-                network(format!(
-                    "{e}; the decision may or may not have been recorded: check with `signer-cli show {id}`, or run the same command again"
-                ))
-            } else {
-                e
-            }
-        })?;
-    // A decision the server already had is answered without the proposal view (a
-    // replayed decision body must not read the proposal); read it with a signed GET.
-    let reread;
-    let view = match resp.get("proposal") {
-        Some(v) => v,
-        None if resp.get("already_recorded").and_then(Value::as_bool) == Some(true) => {
-            reread = client.get(&format!("/v1/proposals/{id}")).await?;
-            &reread
-        }
-        None => {
-            return Err(network(
-                "the server's answer to the decision has no `proposal`",
-            ))
-        }
-    };
-    let after = check(view, Some(&id), &server_id).map_err(|e| {
-        refused(format!(
-            "the decision was sent, but the server's answer does not check: {e}"
-        ))
-    })?;
-    if after.hash != checked.hash {
-        return Err(refused(format!(
-            "the decision was sent, but the server now shows preview {} instead of the {} you signed",
-            after.hash, checked.hash
-        )));
-    }
-    let already = resp.get("already_recorded").and_then(Value::as_bool) == Some(true);
-    let line = outcome_line(decision, &after);
+    let sent = sign_and_send(&client, &checked, &server_id, decision, reason).await?;
     if settings.json {
         outln(&to_json(&json!({
-            "recorded": resp.get("recorded").and_then(Value::as_bool).unwrap_or(false),
-            "already_recorded": already,
+            "recorded": sent.recorded,
+            "already_recorded": sent.already,
             "approver": me.as_str(),
             "decision": decision.as_str(),
             "reason": reason,
             "preview_sha256": checked.hash.to_hex(),
-            "status": after.status.as_str(),
-            "outcome": line,
-            "proposal": after.to_json(),
+            "status": sent.after.status.as_str(),
+            "outcome": sent.line,
+            "proposal": sent.after.to_json(),
         })));
     } else {
-        outln(&if already {
-            format!("{line} (this decision was already recorded)")
+        outln(&if sent.already {
+            format!("{} (this decision was already recorded)", sent.line)
         } else {
-            line
+            sent.line
         });
     }
     Ok(())

@@ -8,6 +8,7 @@ pub mod pick;
 pub mod receipt;
 pub mod show;
 pub mod trust;
+pub mod ui;
 pub mod watch;
 
 use crate::client::Client;

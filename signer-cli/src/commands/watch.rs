@@ -134,6 +134,9 @@ struct Watcher<'a> {
     last_event_id: Option<String>,
     /// `--notify`: the desktop's notification service, while it works.
     desktop: Option<crate::desktop::Desktop>,
+    /// `ui`: instead of printing, count every proposal event here (the page re-reads
+    /// the list when the count moves).
+    changed: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 /// How a stream ended without an error.
@@ -147,6 +150,10 @@ enum Ended {
 
 impl Watcher<'_> {
     async fn handle(&mut self, view: &Value) {
+        if let Some(tx) = &self.changed {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+            return;
+        }
         let id = view
             .get("proposal_id")
             .and_then(Value::as_str)
@@ -246,6 +253,11 @@ impl Watcher<'_> {
                 self.handle(p).await;
             }
         }
+        // `ui`: what changed while not listening (a proposal decided elsewhere leaves
+        // the list without any event here) is re-read by the page too.
+        if let Some(tx) = &self.changed {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
         Ok(())
     }
 
@@ -314,6 +326,7 @@ pub async fn watch(settings: &Settings, notify: bool) -> Result<()> {
         json: settings.json,
         last_event_id: None,
         desktop: None,
+        changed: None,
     };
     if notify {
         match tokio::task::spawn_blocking(crate::desktop::Desktop::probe).await {
@@ -327,6 +340,12 @@ pub async fn watch(settings: &Settings, notify: bool) -> Result<()> {
             ),
         }
     }
+    follow_loop(&mut w).await
+}
+
+/// Follows the stream until a failure that is not worth retrying: reconnects with
+/// back-off after network trouble, at once after `reauth`.
+async fn follow_loop(w: &mut Watcher<'_>) -> Result<()> {
     let mut backoff = Duration::from_secs(1);
     loop {
         let mut connected = false;
@@ -354,4 +373,25 @@ pub async fn watch(settings: &Settings, notify: bool) -> Result<()> {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// What `ui` runs: the same signed stream, reconnection and re-authentication as
+/// `watch`, with every proposal event (and every catch-up after a reconnection)
+/// counted on `changed` instead of printed.
+pub async fn follow_changes(
+    client: &Client,
+    me: ApproverName,
+    changed: tokio::sync::watch::Sender<u64>,
+) -> Result<()> {
+    let mut w = Watcher {
+        client,
+        me,
+        server_id: None,
+        printed: BTreeSet::new(),
+        json: false,
+        last_event_id: None,
+        desktop: None,
+        changed: Some(changed),
+    };
+    follow_loop(&mut w).await
 }

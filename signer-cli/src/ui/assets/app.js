@@ -1,0 +1,184 @@
+// The approver page. Everything it shows was checked and escaped by signer-cli;
+// text only ever goes into the page with textContent (never innerHTML), so even
+// a hostile summary cannot become markup. The page holds no key: it sends what the
+// human typed (hash prefix, reason) to signer-cli, which checks again and signs.
+'use strict';
+
+const $ = (sel) => document.querySelector(sel);
+
+// An element with attributes and children; string children become text nodes.
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const k of kids) e.append(k);
+  return e;
+}
+
+async function call(method, path, body) {
+  const opts = { method, headers: {}, credentials: 'same-origin' };
+  if (body !== undefined) {
+    opts.headers['Content-Type'] = 'application/json';
+    opts.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, opts);
+  const text = await r.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (_) { /* a plain-text refusal */ }
+  if (!r.ok) {
+    const msg = json && json.message ? `${json.code}: ${json.message}` : `HTTP ${r.status}: ${text}`;
+    throw new Error(msg);
+  }
+  return json;
+}
+
+const LABEL = {
+  'approve': 'Approve',
+  'reject': 'Reject (veto)',
+  'revoke': 'Revoke my approval',
+  'resolve-succeeded': 'Resolve: it succeeded',
+  'resolve-failed': 'Resolve: it failed',
+};
+
+// The form that asks, like the terminal does, for the first 8 characters of the
+// preview hash and a reason.
+function decideForm(item) {
+  const f = el('form', { class: 'decide' });
+  const sel = el('select', { name: 'decision' });
+  for (const d of item.decisions) sel.append(el('option', { value: d }, LABEL[d] || d));
+  const confirm = el('input', { name: 'confirm', autocomplete: 'off', maxlength: '64', spellcheck: 'false' });
+  const reason = el('input', { name: 'reason', autocomplete: 'off' });
+  const btn = el('button', { type: 'submit', name: 'sign' }, 'Sign');
+  const err = el('p', { class: 'error', role: 'alert' });
+  f.append(
+    el('label', {}, 'Decision', sel),
+    el('label', {}, 'First 8 characters of the preview hash', confirm),
+    el('label', {}, 'Reason (signed with it)', reason),
+    btn,
+    err,
+  );
+  f.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    btn.disabled = true;
+    err.textContent = '';
+    try {
+      const r = await call('POST', '/api/decide', {
+        proposal_id: item.proposal_id,
+        decision: sel.value,
+        confirm: confirm.value,
+        reason: reason.value,
+      });
+      confirm.value = '';
+      reason.value = '';
+      logResult(r);
+      refresh();
+    } catch (e) {
+      err.textContent = e.message;
+    } finally {
+      btn.disabled = false;
+    }
+  });
+  return f;
+}
+
+// Fills a card: the proposal exactly as `signer-cli show` prints it, and the
+// decisions open to this approver; a proposal that failed a check gets the CLI's
+// refusal and no form.
+function fill(card, item) {
+  card.replaceChildren();
+  card.dataset.id = item.proposal_id;
+  card.dataset.sig = JSON.stringify(item);
+  if (!item.checked) {
+    card.className = 'proposal refused';
+    card.append(
+      el('h3', {}, `REFUSED ${item.proposal_id}`),
+      el('p', { class: 'error problem' }, item.problem),
+      el('p', {}, 'It failed the local checks: nothing can be signed for it.'),
+    );
+    return;
+  }
+  card.className = 'proposal';
+  card.append(
+    el('h3', {}, `${item.proposal_id}  ${item.kind}  ${item.summary}`),
+    preview(item.text),
+  );
+  if (item.decisions.length) card.append(decideForm(item));
+}
+
+// The text as `signer-cli show` prints it, one span per line, so that warning
+// lines can stand out as the terminal's highlight does (textContent is unchanged).
+function preview(text) {
+  const pre = el('pre', { class: 'preview' });
+  const lines = text.split('\n');
+  const last = lines.pop();
+  for (const line of lines) {
+    const warn = line.startsWith('WARNING: ');
+    pre.append(warn ? el('span', { class: 'warning' }, line) : line, '\n');
+  }
+  pre.append(last);
+  return pre;
+}
+
+function card(item) {
+  const c = el('article', {});
+  fill(c, item);
+  return c;
+}
+
+function logResult(r) {
+  const entry = el('div', { class: 'entry' },
+    el('p', { class: 'outcome' }, r.outcome),
+    card(r.proposal));
+  $('#log').prepend(entry);
+}
+
+// Re-reads the pending list; a card whose proposal did not change is left alone,
+// so what the human is typing into it survives live updates.
+async function refresh() {
+  let st;
+  try {
+    st = await call('GET', '/api/state');
+  } catch (e) {
+    $('#problem').hidden = false;
+    $('#problem').textContent = e.message;
+    return;
+  }
+  $('#problem').hidden = !st.live_problem;
+  $('#problem').textContent = st.live_problem || '';
+  $('#who').textContent = `Signing as ${st.me} with ${st.server} (server ${st.server_id})`;
+  const box = $('#pending');
+  const have = new Map([...box.children].map((c) => [c.dataset.id, c]));
+  const seen = new Set();
+  for (const item of st.proposals) {
+    seen.add(item.proposal_id);
+    const old = have.get(item.proposal_id);
+    if (!old) {
+      box.append(card(item));
+    } else if (old.dataset.sig !== JSON.stringify(item)) {
+      fill(old, item);
+    }
+  }
+  for (const [id, c] of have) if (!seen.has(id)) c.remove();
+  $('#empty').hidden = st.proposals.length !== 0;
+}
+
+function listen() {
+  const es = new EventSource('/events');
+  es.addEventListener('open', () => { $('#live').textContent = 'live updates: on'; refresh(); });
+  es.addEventListener('changed', () => refresh());
+  es.addEventListener('error', () => { $('#live').textContent = 'live updates: reconnecting…'; });
+}
+
+$('#open').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  $('#open-error').textContent = '';
+  const id = new FormData(ev.target).get('id');
+  try {
+    const item = await call('GET', `/api/proposal?id=${encodeURIComponent(id)}`);
+    $('#opened').replaceChildren(card(item));
+  } catch (e) {
+    $('#open-error').textContent = e.message;
+  }
+});
+
+refresh();
+listen();
