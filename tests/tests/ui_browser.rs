@@ -152,9 +152,9 @@ impl Ui {
         format!("http://{}", self.host)
     }
 
-    fn cookie(&self) -> String {
+    fn cookie_name(&self) -> String {
         let port = self.host.rsplit(':').next().unwrap_or("");
-        format!("signer_ui_{port}={}", self.secret)
+        format!("signer_ui_{port}")
     }
 
     fn log(&self) -> String {
@@ -380,6 +380,25 @@ impl Browser {
         .map(|_| ())
     }
 
+    /// What the page holds after its handover: the `Cookie` header value (WebDriver
+    /// reads HttpOnly cookies; the page's script cannot) and the token in the tab's
+    /// sessionStorage.
+    async fn page_credentials(&self, cookie_name: &str) -> Result<(String, String)> {
+        let c = self
+            .cmd(
+                reqwest::Method::GET,
+                &format!("/cookie/{cookie_name}"),
+                None,
+            )
+            .await?;
+        let value = c["value"].as_str().context("no cookie value")?;
+        let token = self
+            .js("return sessionStorage.getItem('signer-token')", json!([]))
+            .await?;
+        let token = token.as_str().context("no token in sessionStorage")?;
+        Ok((format!("{cookie_name}={value}"), token.to_owned()))
+    }
+
     /// A PNG of the window.
     async fn screenshot(&self) -> Result<Vec<u8>> {
         use base64::Engine as _;
@@ -441,7 +460,8 @@ async fn a_whole_approval_by_clicks_and_typing_with_a_live_arrival() -> Result<(
         .wait("the page to load", "const w = document.querySelector('#who').textContent; return w.startsWith('Signing as') ? w : null", json!([]))
         .await?;
     assert!(who.as_str().unwrap_or("").contains("alice"), "{who}");
-    // The secret left the address bar (303 to /).
+    // The secret left the address bar, and so did the token (the handover page went
+    // on to /#t=..., which the page took into sessionStorage and replaced by /).
     assert_eq!(
         b.js("return location.href", json!([])).await?,
         format!("{}/", ui.base())
@@ -641,7 +661,6 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
     let mcp = server.mcp().await?;
     let ui = Ui::start(&world, "alice", &server).await?;
     let addr = ui.host.clone();
-    let cookie = ui.cookie();
     let host = ui.host.as_str();
     let port = host.rsplit(':').next().unwrap_or("");
     let csp = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -653,23 +672,6 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         assert_eq!(r.header("x-frame-options"), Some("DENY"));
     };
 
-    // DNS rebinding: another name for 127.0.0.1, even with the right cookie.
-    for bad in [
-        format!("evil.example:{port}"),
-        "127.0.0.1".to_owned(),
-        format!("127.0.0.1:{}1", port),
-    ] {
-        let r = raw(
-            &addr,
-            "GET",
-            "/",
-            &[("Host", &bad), ("Cookie", &cookie)],
-            "",
-        )
-        .await?;
-        assert_eq!(r.status, 421, "Host {bad}: {}", r.body);
-        secured(&r);
-    }
     let r = raw(
         &addr,
         "GET",
@@ -699,21 +701,12 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         );
         secured(&r);
     }
-    let wrong_cookie = format!("signer_ui_{port}=AAAA{}", &ui.secret[4..]);
-    let r = raw(
-        &addr,
-        "GET",
-        "/api/state",
-        &[("Host", host), ("Cookie", &wrong_cookie)],
-        "",
-    )
-    .await?;
-    assert_eq!(r.status, 403);
     let r = raw(&addr, "GET", "/?s=wrong", &[("Host", host)], "").await?;
     assert_eq!(r.status, 403);
     assert!(r.header("set-cookie").is_none());
 
-    // The handover: 303 to / with the cookie.
+    // The handover: a page that goes on to /#t=TOKEN, with a cookie that is not the
+    // secret. It works once.
     let r = raw(
         &addr,
         "GET",
@@ -722,35 +715,145 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         "",
     )
     .await?;
-    assert_eq!(r.status, 303);
-    assert_eq!(r.header("location"), Some("/"));
-    assert_eq!(
-        r.header("set-cookie"),
-        Some(format!("{cookie}; HttpOnly; SameSite=Strict; Path=/").as_str())
-    );
+    assert_eq!(r.status, 200, "{}", r.body);
     secured(&r);
+    let set = r.header("set-cookie").unwrap_or("").to_owned();
+    let cookie = set.split(';').next().unwrap_or("").to_owned();
+    assert_eq!(
+        set,
+        format!("{cookie}; HttpOnly; SameSite=Strict; Path=/"),
+        "{set}"
+    );
+    assert!(
+        cookie.starts_with(&format!("{}=", ui.cookie_name())),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(&ui.secret),
+        "the cookie holds the URL's secret"
+    );
+    let token = r
+        .body
+        .split("url=/#t=")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .unwrap_or("")
+        .to_owned();
+    assert_eq!(token.len(), 43, "{}", r.body);
+    assert!(!cookie.contains(&token), "the cookie holds the token");
+    let again = raw(
+        &addr,
+        "GET",
+        &format!("/?s={}", ui.secret),
+        &[("Host", host)],
+        "",
+    )
+    .await?;
+    assert_eq!(again.status, 403, "{}", again.body);
+    assert!(again.body.contains("used already"), "{}", again.body);
+    assert!(again.header("set-cookie").is_none());
+    // Guessing the cookie from the secret gets nothing.
+    let secret_cookie = format!("{}={}", ui.cookie_name(), ui.secret);
+    let r = raw(
+        &addr,
+        "GET",
+        "/",
+        &[("Host", host), ("Cookie", &secret_cookie)],
+        "",
+    )
+    .await?;
+    assert_eq!(r.status, 403);
 
-    // With the cookie, under either name of the machine.
+    // DNS rebinding: another name for 127.0.0.1, even with the right cookie.
+    for bad in [
+        format!("evil.example:{port}"),
+        "127.0.0.1".to_owned(),
+        format!("127.0.0.1:{}1", port),
+    ] {
+        let r = raw(
+            &addr,
+            "GET",
+            "/api/state",
+            &[
+                ("Host", &bad),
+                ("Cookie", &cookie),
+                ("X-Signer-Token", &token),
+            ],
+            "",
+        )
+        .await?;
+        assert_eq!(r.status, 421, "Host {bad}: {}", r.body);
+        secured(&r);
+    }
+
+    // With the cookie, under either name of the machine: the page's own files.
     for h in [host.to_owned(), format!("localhost:{port}")] {
         let r = raw(&addr, "GET", "/", &[("Host", &h), ("Cookie", &cookie)], "").await?;
         assert_eq!(r.status, 200, "{h}");
         assert!(r.body.contains("<script src=\"/app.js\" defer></script>"));
         secured(&r);
     }
+    // The API and the event stream need the token too: cookies ignore ports, so a
+    // server on another port of this machine may hold the cookie, never the token.
+    for (path, hdrs) in [
+        (
+            "/api/state",
+            vec![("Host", host), ("Cookie", cookie.as_str())],
+        ),
+        (
+            "/api/state",
+            vec![
+                ("Host", host),
+                ("Cookie", cookie.as_str()),
+                ("X-Signer-Token", "AAAA"),
+            ],
+        ),
+        ("/events", vec![("Host", host), ("Cookie", cookie.as_str())]),
+    ] {
+        let r = raw(&addr, "GET", path, &hdrs, "").await?;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert!(r.body.contains("lacks the page's token"), "{}", r.body);
+    }
+    let with_token = [
+        ("Host", host),
+        ("Cookie", cookie.as_str()),
+        ("X-Signer-Token", token.as_str()),
+    ];
+    let r = raw(&addr, "GET", "/api/state", &with_token, "").await?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let st: Value = serde_json::from_str(&r.body)?;
+    assert_eq!(st["me"], "alice");
+    // A cookie of the same name planted by another port does not lock the page out.
+    let planted = format!("{}=planted; {cookie}", ui.cookie_name());
     let r = raw(
         &addr,
         "GET",
         "/api/state",
-        &[("Host", host), ("Cookie", &cookie)],
+        &[
+            ("Host", host),
+            ("Cookie", &planted),
+            ("X-Signer-Token", &token),
+        ],
         "",
     )
     .await?;
     assert_eq!(r.status, 200, "{}", r.body);
-    let st: Value = serde_json::from_str(&r.body)?;
-    assert_eq!(st["me"], "alice");
+    // What a browser marks as coming from another site or another port is refused,
+    // cookie and token notwithstanding.
+    for site in ["cross-site", "same-site"] {
+        let mut h = with_token.to_vec();
+        h.push(("Sec-Fetch-Site", site));
+        let r = raw(&addr, "GET", "/api/state", &h, "").await?;
+        assert_eq!(r.status, 403, "{site}: {}", r.body);
+        assert!(
+            r.body.contains("another site or another port"),
+            "{}",
+            r.body
+        );
+    }
     // Bad input to the page's own API: a clear code, not a bare framework error.
     for q in ["/api/proposal", "/api/proposal?id=", "/api/proposal?id=%20"] {
-        let r = raw(&addr, "GET", q, &[("Host", host), ("Cookie", &cookie)], "").await?;
+        let r = raw(&addr, "GET", q, &with_token, "").await?;
         assert_eq!(r.status, 400, "{q}: {}", r.body);
         let v: Value = serde_json::from_str(&r.body)?;
         assert_eq!(v["code"], "USAGE", "{q}: {v}");
@@ -759,7 +862,7 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         &addr,
         "GET",
         "/api/proposal?id=p-zz%E2%80%AE",
-        &[("Host", host), ("Cookie", &cookie)],
+        &with_token,
         "",
     )
     .await?;
@@ -771,15 +874,15 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         .prepare("note.write", json!({"text": "x"}), "CSRF target")
         .await?;
     let (id, hash) = (p.proposal_id(), p.preview_sha256());
-    let body =
-        json!({"proposal_id": id, "decision": "approve", "confirm": &hash[..8], "reason": ""})
-            .to_string();
+    let body = json!({"proposal_id": id, "decision": "approve", "confirm": &hash[..8], "shown_sha256": &hash, "reason": ""})
+        .to_string();
     let json_ct = ("Content-Type", "application/json");
+    let tok = ("X-Signer-Token", token.as_str());
     let r = raw(
         &addr,
         "POST",
         "/api/decide",
-        &[("Host", host), ("Cookie", &cookie), json_ct],
+        &[("Host", host), ("Cookie", &cookie), tok, json_ct],
         &body,
     )
     .await?;
@@ -790,6 +893,8 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         "null",
         &format!("http://evil.example:{port}"),
         &format!("https://{host}"),
+        &format!("http://127.0.0.1:{}1", port),
+        &format!("http://localhost:{}1", port),
     ] {
         let r = raw(
             &addr,
@@ -798,6 +903,7 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
             &[
                 ("Host", host),
                 ("Cookie", &cookie),
+                tok,
                 ("Origin", origin),
                 json_ct,
             ],
@@ -816,6 +922,7 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
         &[
             ("Host", host),
             ("Cookie", &cookie),
+            tok,
             ("Origin", &own),
             ("Content-Type", "text/plain"),
         ],
@@ -823,58 +930,61 @@ async fn the_page_refuses_other_hosts_origins_and_requests_without_its_secret() 
     )
     .await?;
     assert_eq!(r.status, 415, "{}", r.body);
-    // A POST from the page's own origin without the cookie is refused too.
-    let r = raw(
-        &addr,
-        "POST",
-        "/api/decide",
-        &[("Host", host), ("Origin", &own), json_ct],
-        &body,
-    )
-    .await?;
-    assert_eq!(r.status, 403);
+    // A POST from the page's own origin without the cookie, or without the token,
+    // is refused too.
+    for hdrs in [
+        vec![("Host", host), tok, ("Origin", own.as_str()), json_ct],
+        vec![
+            ("Host", host),
+            ("Cookie", cookie.as_str()),
+            ("Origin", own.as_str()),
+            json_ct,
+        ],
+    ] {
+        let r = raw(&addr, "POST", "/api/decide", &hdrs, &body).await?;
+        assert_eq!(r.status, 403, "{}", r.body);
+    }
     assert!(
         mcp.status(&id).await?.approvals().is_empty(),
         "something was signed"
     );
+    let page = [
+        ("Host", host),
+        ("Cookie", cookie.as_str()),
+        tok,
+        ("Origin", own.as_str()),
+        json_ct,
+    ];
     // A wrong prefix from the page itself: the CLI's refusal, nothing signed.
-    let bad =
-        json!({"proposal_id": id, "decision": "approve", "confirm": "zzzzzzzz", "reason": ""})
-            .to_string();
-    let r = raw(
-        &addr,
-        "POST",
-        "/api/decide",
-        &[
-            ("Host", host),
-            ("Cookie", &cookie),
-            ("Origin", &own),
-            json_ct,
-        ],
-        &bad,
-    )
-    .await?;
+    let bad = json!({"proposal_id": id, "decision": "approve", "confirm": "zzzzzzzz", "shown_sha256": &hash, "reason": ""})
+        .to_string();
+    let r = raw(&addr, "POST", "/api/decide", &page, &bad).await?;
     assert_eq!(r.status, 409, "{}", r.body);
     let v: Value = serde_json::from_str(&r.body)?;
     assert_eq!(v["code"], "REFUSED");
+    // The right prefix, but not the preview the page showed: a server that answers
+    // the list and the single proposal with two previews sharing the first 8
+    // characters of their hashes gets nothing signed.
+    let other = format!("{}{}", &hash[..8], "0".repeat(hash.len() - 8));
+    let swapped = json!({"proposal_id": id, "decision": "approve", "confirm": &hash[..8], "shown_sha256": other, "reason": ""})
+        .to_string();
+    let r = raw(&addr, "POST", "/api/decide", &page, &swapped).await?;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body)?;
+    assert_eq!(v["code"], "REFUSED");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("changed since the page showed it"),
+        "{v}"
+    );
     assert!(
         mcp.status(&id).await?.approvals().is_empty(),
         "something was signed"
     );
     // And the real thing, to show the guard lets the page through.
-    let r = raw(
-        &addr,
-        "POST",
-        "/api/decide",
-        &[
-            ("Host", host),
-            ("Cookie", &cookie),
-            ("Origin", &own),
-            json_ct,
-        ],
-        &body,
-    )
-    .await?;
+    let r = raw(&addr, "POST", "/api/decide", &page, &body).await?;
     assert_eq!(r.status, 200, "{}", r.body);
     let v: Value = serde_json::from_str(&r.body)?;
     assert_eq!(v["outcome"], "approved: 1 of 2, waiting for 1 more");
@@ -1102,14 +1212,16 @@ async fn a_proposal_that_fails_the_local_checks_shows_the_refusal_and_no_form() 
     // Posting anyway, with the hash the real server computed: refused, nothing signed.
     let host = ui.host.as_str();
     let own = format!("http://{host}");
-    let body = json!({"proposal_id": bad_id, "decision": "approve", "confirm": &bad_hash[..8], "reason": ""}).to_string();
+    let body = json!({"proposal_id": bad_id, "decision": "approve", "confirm": &bad_hash[..8], "shown_sha256": &bad_hash, "reason": ""}).to_string();
+    let (cookie, token) = b.page_credentials(&ui.cookie_name()).await?;
     let r = raw(
         host,
         "POST",
         "/api/decide",
         &[
             ("Host", host),
-            ("Cookie", &ui.cookie()),
+            ("Cookie", &cookie),
+            ("X-Signer-Token", &token),
             ("Origin", &own),
             ("Content-Type", "application/json"),
         ],

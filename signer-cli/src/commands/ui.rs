@@ -70,9 +70,9 @@ pub async fn ui(settings: &Settings, listen: &str, open: bool) -> Result<()> {
     let result = tokio::select! {
         r = serve => r.map_err(|e| network(format!("the page's server stopped: {e}"))),
         () = live => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        () = stop_signal() => Ok(()),
     };
-    // Ctrl-C before the clean-up thread's time: the redirect file goes now.
+    // Stopped before the clean-up thread's time: the redirect file goes now.
     if let Some(f) = opened {
         let _ = std::fs::remove_file(f);
     }
@@ -80,7 +80,7 @@ pub async fn ui(settings: &Settings, listen: &str, open: bool) -> Result<()> {
 }
 
 /// Opens the default browser on `url` (xdg-open, or open on macOS) through a
-/// private redirect file, removed after [`OPEN_FILE_LIFETIME`] or on Ctrl-C;
+/// private redirect file, removed after [`OPEN_FILE_LIFETIME`] or when the page stops (Ctrl-C, SIGTERM, SIGHUP);
 /// returns that file. A failure is a note on stderr, not an error.
 fn open_browser(url: &str) -> Option<PathBuf> {
     let file = match redirect_file(url) {
@@ -140,4 +140,24 @@ fn redirect_file(url: &str) -> std::io::Result<PathBuf> {
         "<!doctype html><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={url}\"><title>Approver UI</title>"
     )?;
     Ok(path)
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP (a closed terminal): each stops the page cleanly, so
+/// the private redirect file never outlives the run.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let hup = signal(SignalKind::hangup());
+        if let (Ok(mut term), Ok(mut hup)) = (term, hup) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

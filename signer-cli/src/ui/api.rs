@@ -11,7 +11,7 @@ use crate::client::now_unix;
 use crate::commands::decide::{check_confirmation, fitting, may_make, sign_and_send};
 use crate::commands::show::fetch;
 use crate::display::{escape, json_safe, truncate};
-use crate::failure::{kind_of, network, usage, ExitKind};
+use crate::failure::{kind_of, network, refused, usage, ExitKind};
 use crate::proposal::{check, Checked};
 use approval_core::message::check_reason;
 use approval_core::{Decision, ProposalId};
@@ -71,6 +71,9 @@ fn item(st: &UiState, c: &Checked) -> Value {
         "kind": p.kind.as_str(),
         "summary": truncate(&p.summary, TITLE_SUMMARY),
         "approvals": {"have": c.quorum.have, "need": c.quorum.need},
+        // What the page sends back as `shown_sha256`: a decision is signed only on
+        // the very preview the human was shown (see `decide`).
+        "preview_sha256": c.hash.to_hex(),
         "text": c.render(now_unix(), false),
         "decisions": decisions,
     })
@@ -156,14 +159,17 @@ struct Decide {
     decision: String,
     /// What the human typed: the first 8 characters of the preview hash.
     confirm: String,
+    /// The whole preview hash of the card the human read (the page's own copy).
+    shown_sha256: String,
     /// Why (signed along with the decision).
     #[serde(default)]
     reason: String,
 }
 
 /// `POST /api/decide`: fetches and checks the proposal again (never trusting what
-/// the page showed earlier), refuses unless the human typed the first 8 characters
-/// of the hash recomputed now, then signs and sends exactly as `signer-cli approve`.
+/// the page showed earlier), refuses unless its recomputed hash is the one of the
+/// card the human read and the human typed its first 8 characters, then signs and
+/// sends exactly as `signer-cli approve`.
 pub async fn decide(State(st): State<Arc<UiState>>, body: String) -> Response {
     let done = async {
         let d: Decide = serde_json::from_str(&body)
@@ -177,6 +183,19 @@ pub async fn decide(State(st): State<Arc<UiState>>, body: String) -> Response {
         check_reason(&d.reason).map_err(|e| usage(e.to_string()))?;
         let id = ProposalId::parse(&d.proposal_id).map_err(|e| usage(escape(&e.to_string())))?;
         let (checked, server_id) = fetch(&st.client, &id).await?;
+        // The page showed one preview and this fetch got another one, each
+        // consistent with its own hash: a server (or a man in the middle) that
+        // answers the list and the single proposal differently, with a second
+        // preview ground to share the first 8 characters of the hash, would pass
+        // the typed check. Only the preview the human read is signed.
+        if checked.hash.to_hex() != d.shown_sha256 {
+            return Err(refused(format!(
+                "the proposal changed since the page showed it: shown {}, now {}; \
+                 nothing signed. Read it again before deciding",
+                escape(&truncate(&d.shown_sha256, 64)),
+                checked.hash.to_hex()
+            )));
+        }
         may_make(&checked, &st.me, decision)?;
         check_confirmation(&checked, &d.confirm)?;
         let sent = sign_and_send(&st.client, &checked, &server_id, decision, &d.reason).await?;

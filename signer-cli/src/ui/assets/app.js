@@ -6,6 +6,18 @@
 
 const $ = (sel) => document.querySelector(sel);
 
+// The page's token: handed over once in the URL fragment (#t=...), which no server
+// ever receives; kept in this tab's sessionStorage (per origin, port included) and
+// sent with every call. Cookies ignore ports; this token does not.
+const TOKEN = (() => {
+  const m = /^#t=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem('signer-token', m[1]);
+    history.replaceState(null, '', '/');
+  }
+  return sessionStorage.getItem('signer-token') || '';
+})();
+
 // An element with attributes and children; string children become text nodes.
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -15,7 +27,7 @@ function el(tag, attrs, ...kids) {
 }
 
 async function call(method, path, body) {
-  const opts = { method, headers: {}, credentials: 'same-origin' };
+  const opts = { method, headers: { 'X-Signer-Token': TOKEN }, credentials: 'same-origin' };
   if (body !== undefined) {
     opts.headers['Content-Type'] = 'application/json';
     opts.body = JSON.stringify(body);
@@ -65,6 +77,7 @@ function decideForm(item) {
         proposal_id: item.proposal_id,
         decision: sel.value,
         confirm: confirm.value,
+        shown_sha256: item.preview_sha256,
         reason: reason.value,
       });
       confirm.value = '';
@@ -162,7 +175,7 @@ async function refresh() {
 }
 
 function listen() {
-  const es = new EventSource('/events');
+  const es = new EventSource(`/events?t=${encodeURIComponent(TOKEN)}`);
   es.addEventListener('open', () => { $('#live').textContent = 'live updates: on'; refresh(); });
   es.addEventListener('changed', () => refresh());
   es.addEventListener('error', () => { $('#live').textContent = 'live updates: reconnecting…'; });
@@ -180,5 +193,11 @@ $('#open').addEventListener('submit', async (ev) => {
   }
 });
 
-refresh();
-listen();
+if (TOKEN) {
+  refresh();
+  listen();
+} else {
+  $('#problem').hidden = false;
+  $('#problem').textContent =
+    'This tab has no token: use the tab that signer-cli ui opened. Its URL works once; for a new tab, stop signer-cli ui and run it again.';
+}
