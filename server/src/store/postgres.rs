@@ -1211,6 +1211,16 @@ pub(crate) mod testdb {
     pub const NOT_RUN: &str =
         "PostgreSQL tests not run: set APPROVAL_TEST_DATABASE_URL=postgres://root@127.0.0.1:5432/test";
 
+    /// Prints [`NOT_RUN`] once per test binary, past the test harness's capture
+    /// (which would hide a `println!` of a passing test).
+    pub fn say_not_run() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{NOT_RUN}");
+        });
+    }
+
     /// A schema of its own on the test database; dropped on drop.
     pub struct Fresh {
         pub url: String,
@@ -1223,7 +1233,7 @@ pub(crate) mod testdb {
         /// panics when one is configured but cannot be reached.
         pub fn new() -> Option<Self> {
             let Ok(base) = std::env::var("APPROVAL_TEST_DATABASE_URL") else {
-                println!("{NOT_RUN}");
+                say_not_run();
                 return None;
             };
             let mut b = [0u8; 6];
@@ -1366,7 +1376,7 @@ mod tests {
     #[test]
     fn an_unreachable_database_is_reported_as_unavailable() {
         if std::env::var("APPROVAL_TEST_DATABASE_URL").is_err() {
-            println!("{}", testdb::NOT_RUN);
+            testdb::say_not_run();
             return;
         }
         // A port nothing listens on.
