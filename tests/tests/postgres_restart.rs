@@ -129,6 +129,16 @@ async fn postgres_restarted_under_load_clear_errors_then_service_nothing_lost() 
         server.is_running(),
         "the instance exited when the database went away"
     );
+    // /healthz says so (503), for a load balancer to route around this instance.
+    let h = server.healthz().await?;
+    assert_eq!(h["status"], "failed", "{h}");
+    assert!(
+        h["why"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the store is unreachable"),
+        "{h}"
+    );
     ctl("start")?;
     // Service again by itself: no restart of the instance.
     poll_until(
@@ -142,6 +152,7 @@ async fn postgres_restarted_under_load_clear_errors_then_service_nothing_lost() 
         },
     )
     .await?;
+    assert_eq!(server.healthz().await?["status"], "ok");
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let (acked, refused) = load.await?;

@@ -1035,6 +1035,20 @@ impl Store for PgStore {
         Ok(())
     }
 
+    /// Asked by `/healthz`: a live probe, so that a load balancer takes an instance
+    /// that cannot reach the database out of rotation, and back once it can.
+    fn failure(&self) -> Option<String> {
+        let pool = self.pool.clone();
+        let probe = self.block(async move {
+            let c = pool.get().await.map_err(pool_err)?;
+            c.simple_query("SELECT 1").await.map_err(pg_err)?;
+            Ok(())
+        });
+        probe
+            .err()
+            .map(|e| format!("{e}; this instance reconnects by itself when it is back"))
+    }
+
     fn set_outbox(&self, on: bool, cap: u64) {
         let mut o = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
         o.on = on;
@@ -1387,6 +1401,32 @@ mod tests {
             .err()
             .expect("refused");
         assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    }
+
+    /// One instance leads a background task at a time; when its connection (or the
+    /// instance) goes, another takes over.
+    #[test]
+    fn one_instance_leads_a_task_and_another_takes_over_when_it_dies() {
+        let Some(db) = Fresh::new() else { return };
+        PgStore::migrate(&db.url).unwrap();
+        let a = PgStore::open(&db.url).unwrap();
+        let b = PgStore::open(&db.url).unwrap();
+        assert!(a.try_lead("sweep"));
+        assert!(a.try_lead("sweep"), "the leader keeps its lead");
+        assert!(!b.try_lead("sweep"));
+        assert!(b.try_lead("outbox"), "each task has its own lock");
+        assert!(!a.try_lead("outbox"));
+        drop(a);
+        // The lock dies with the leader's connection; the server may take a moment
+        // to see the connection close.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !b.try_lead("sweep") {
+            assert!(
+                std::time::Instant::now() < until,
+                "no takeover after the leader died"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     #[test]
