@@ -1302,6 +1302,13 @@ mod tests {
     }
 
     #[test]
+    fn postgres_store_passes_the_outbox_contract() {
+        let Some(db) = Fresh::new() else { return };
+        PgStore::migrate(&db.url).unwrap();
+        contract::outbox(&PgStore::open(&db.url).unwrap());
+    }
+
+    #[test]
     fn serve_refuses_an_unmigrated_or_newer_schema_naming_the_command() {
         let Some(db) = Fresh::new() else { return };
         let err = PgStore::open(&db.url).err().expect("refused");
