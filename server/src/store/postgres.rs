@@ -303,8 +303,20 @@ impl PgStore {
             };
             let _ = tx.send(r);
         });
-        rx.recv()
-            .map_err(|_| StoreError::Backend("the store's runtime stopped".into()))?
+        let wait = || {
+            rx.recv()
+                .map_err(|_| StoreError::Backend("the store's runtime stopped".into()))
+        };
+        // The service calls the store from its async tasks. A database round trip is
+        // milliseconds, not sled's microseconds: on a worker of a multi-threaded
+        // runtime, hand the worker's other tasks to another thread while we wait, or
+        // two blocked workers would serialise every request of the server.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)?
+            }
+            _ => wait()?,
+        }
     }
 
     /// Keeps one connection LISTENing for every instance's events, reconnecting after
