@@ -520,12 +520,53 @@ async fn listen_once(
     Err(unreachable("the listening connection closed"))
 }
 
-/// Locks the audit head for this transaction; returns (seq, hash).
-async fn lock_head(tx: &tokio_postgres::Transaction<'_>) -> Result<(u64, Sha256Hex), StoreError> {
-    let row = tx
-        .query_one("SELECT seq, hash FROM audit_head FOR UPDATE", &[])
+type Tx<'a> = deadpool_postgres::Transaction<'a>;
+type Sql<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+
+/// Runs a statement prepared once per connection (a plain `&str` query would parse
+/// it again on every call: one more round trip, inside the serial write section).
+async fn exec(tx: &Tx<'_>, sql: &str, params: &[Sql<'_>]) -> Result<u64, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(pg_err)?;
+    tx.execute(&st, params).await.map_err(pg_err)
+}
+
+async fn query_opt(tx: &Tx<'_>, sql: &str, params: &[Sql<'_>]) -> Result<Option<Row>, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(pg_err)?;
+    tx.query_opt(&st, params).await.map_err(pg_err)
+}
+
+async fn query_one(tx: &Tx<'_>, sql: &str, params: &[Sql<'_>]) -> Result<Row, StoreError> {
+    let st = tx.prepare_cached(sql).await.map_err(pg_err)?;
+    tx.query_one(&st, params).await.map_err(pg_err)
+}
+
+/// Moves `agent`'s and the total PENDING counters by `delta` (never below zero);
+/// returns their new values (agent's, total).
+async fn move_pending(tx: &Tx<'_>, agent: &str, delta: i64) -> Result<(u64, u64), StoreError> {
+    let st = tx
+        .prepare_cached(
+            "INSERT INTO pending_counts (agent, n) VALUES ($1, greatest($2::bigint, 0)), ('', greatest($2::bigint, 0)) \
+             ON CONFLICT (agent) DO UPDATE SET n = greatest(pending_counts.n + $2::bigint, 0) \
+             RETURNING agent, n",
+        )
         .await
         .map_err(pg_err)?;
+    let rows = tx.query(&st, &[&agent, &delta]).await.map_err(pg_err)?;
+    let (mut mine, mut total) = (0u64, 0u64);
+    for r in rows {
+        let (who, n): (&str, i64) = (r.get(0), r.get(1));
+        if who.is_empty() {
+            total = n as u64;
+        } else {
+            mine = n as u64;
+        }
+    }
+    Ok((mine, total))
+}
+
+/// Locks the audit head for this transaction; returns (seq, hash).
+async fn lock_head(tx: &Tx<'_>) -> Result<(u64, Sha256Hex), StoreError> {
+    let row = query_one(tx, "SELECT seq, hash FROM audit_head FOR UPDATE", &[]).await?;
     let seq: i64 = row.get(0);
     let hash: Option<String> = row.get(1);
     let hash = match hash {
@@ -538,8 +579,12 @@ async fn lock_head(tx: &tokio_postgres::Transaction<'_>) -> Result<(u64, Sha256H
 /// Everything a write transaction does after the record itself: queue its
 /// notifications, seal its audit entries after the locked head, NOTIFY the other
 /// instances. Returns how many notifications were dropped at the cap.
+///
+/// The audit entries go in one statement and the head with the NOTIFY in another,
+/// sent together (the driver pipelines them): the audit head is locked meanwhile,
+/// so every round trip here is one every other writer waits for.
 async fn finish_write(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &Tx<'_>,
     rec: &ProposalRecord,
     events: Vec<AuditEvent>,
     head: (u64, Sha256Hex),
@@ -550,46 +595,62 @@ async fn finish_write(
     if outbox.0 {
         let items = crate::notify::items_for(rec, &events);
         if !items.is_empty() {
-            let held: i64 = tx
-                .query_one("SELECT count(*) FROM outbox", &[])
-                .await
-                .map_err(pg_err)?
+            let held: i64 = query_one(tx, "SELECT count(*) FROM outbox", &[])
+                .await?
                 .get(0);
             let room = outbox.1.saturating_sub(held as u64) as usize;
             dropped = items.len().saturating_sub(room) as u64;
-            for item in items.iter().take(room) {
-                tx.execute("INSERT INTO outbox (item) VALUES ($1)", &[&encode(item)?])
-                    .await
-                    .map_err(pg_err)?;
+            let queued = items
+                .iter()
+                .take(room)
+                .map(encode)
+                .collect::<Result<Vec<String>, _>>()?;
+            if !queued.is_empty() {
+                exec(
+                    tx,
+                    "INSERT INTO outbox (item) SELECT unnest($1::text[])",
+                    &[&queued],
+                )
+                .await?;
             }
         }
     }
-    if !events.is_empty() {
-        let (mut seq, mut prev) = head;
-        for ev in events {
-            seq += 1;
-            let entry = AuditEntry::seal(seq, prev, ev);
-            prev = entry.hash;
-            tx.execute(
-                "INSERT INTO audit (seq, entry) VALUES ($1, $2)",
-                &[&(seq as i64), &encode(&entry)?],
+    let (mut seq, mut prev) = head;
+    let (mut seqs, mut entries) = (Vec::new(), Vec::new());
+    for ev in events {
+        seq += 1;
+        let entry = AuditEntry::seal(seq, prev, ev);
+        prev = entry.hash;
+        seqs.push(seq as i64);
+        entries.push(encode(&entry)?);
+    }
+    let payload = format!("{me}:{}", rec.id());
+    let (seq, prev) = (seq as i64, prev.to_string());
+    let appended = async {
+        if !seqs.is_empty() {
+            exec(
+                tx,
+                "INSERT INTO audit (seq, entry) SELECT * FROM unnest($1::bigint[], $2::text[])",
+                &[&seqs, &entries],
+            )
+            .await?;
+        }
+        Ok::<_, StoreError>(())
+    };
+    let headed = async {
+        if seqs.is_empty() {
+            exec(tx, "SELECT pg_notify($1, $2)", &[&CHANNEL, &payload]).await
+        } else {
+            exec(
+                tx,
+                "WITH h AS (UPDATE audit_head SET seq = $1, hash = $2 RETURNING 1) \
+                 SELECT pg_notify($3, $4) FROM h",
+                &[&seq, &prev, &CHANNEL, &payload],
             )
             .await
-            .map_err(pg_err)?;
         }
-        tx.execute(
-            "UPDATE audit_head SET seq = $1, hash = $2",
-            &[&(seq as i64), &prev.to_string()],
-        )
-        .await
-        .map_err(pg_err)?;
-    }
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        &[&CHANNEL, &format!("{me}:{}", rec.id())],
-    )
-    .await
-    .map_err(pg_err)?;
+    };
+    futures::try_join!(appended, headed)?;
     Ok(dropped)
 }
 
@@ -710,54 +771,48 @@ impl Store for PgStore {
             let rec = rec2;
             let mut c = pool.get().await.map_err(pool_err)?;
             let tx = c.transaction().await.map_err(pg_err)?;
-            let head = lock_head(&tx).await?;
             let id = rec.id().to_string();
             let agent = rec.preview.requested_by.as_str().to_owned();
-            if tx
-                .query_opt("SELECT 1 FROM records WHERE id = $1", &[&id])
-                .await
-                .map_err(pg_err)?
-                .is_some()
-            {
+            // Sent together (pipelined), executed in this order: the head lock first.
+            let by_id: [Sql; 1] = [&id];
+            let (head, exists) = futures::try_join!(
+                lock_head(&tx),
+                query_opt(&tx, "SELECT 1 FROM records WHERE id = $1", &by_id),
+            )?;
+            if exists.is_some() {
                 return Err(StoreError::Exists(id));
             }
             if rec.status() == Status::Pending {
-                let row = tx
-                    .query_one(
-                        "SELECT count(*) FILTER (WHERE agent = $1), count(*) FROM records WHERE status = 'PENDING'",
-                        &[&agent],
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                let (mine, total): (i64, i64) = (row.get(0), row.get(1));
-                if mine as u64 + 1 > limits.per_agent {
+                // Counted up first; a refusal rolls the transaction (and them) back.
+                let (mine, total) = move_pending(&tx, &agent, 1).await?;
+                if mine > limits.per_agent {
                     return Err(StoreError::Full(format!(
                         "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
                         limits.per_agent
                     )));
                 }
-                if total as u64 + 1 > limits.total {
+                if total > limits.total {
                     return Err(StoreError::Full(format!(
                         "the server holds {} pending proposals, its limit: try again after approvers catch up",
                         limits.total
                     )));
                 }
             }
-            tx.execute(
-                "INSERT INTO records (id, agent, status, created, deadline, revision, body) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &id,
-                    &agent,
-                    &rec.status().as_str(),
-                    &rec.preview.created_at.unix(),
-                    &deadline_of(&rec),
-                    &(rec.revision as i64),
-                    &body,
-                ],
-            )
-            .await
-            .map_err(pg_err)?;
-            let dropped = finish_write(&tx, &rec, events, head, outbox, &me).await?;
+            let (status, created, deadline, revision) = (
+                rec.status().as_str(),
+                rec.preview.created_at.unix(),
+                deadline_of(&rec),
+                rec.revision as i64,
+            );
+            let row: [Sql; 7] = [&id, &agent, &status, &created, &deadline, &revision, &body];
+            let (_, dropped) = futures::try_join!(
+                exec(
+                    &tx,
+                    "INSERT INTO records (id, agent, status, created, deadline, revision, body) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    &row,
+                ),
+                finish_write(&tx, &rec, events, head, outbox, &me),
+            )?;
             tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;
             Ok(dropped)
         })?;
@@ -777,16 +832,18 @@ impl Store for PgStore {
         let (cas, dropped) = self.block(async move {
             let mut c = pool.get().await.map_err(pool_err)?;
             let tx = c.transaction().await.map_err(pg_err)?;
-            let head = lock_head(&tx).await?;
             let id = rec.id().to_string();
-            let Some(row) = tx
-                .query_opt(
-                    "SELECT revision, body FROM records WHERE id = $1 FOR UPDATE",
-                    &[&id],
-                )
-                .await
-                .map_err(pg_err)?
-            else {
+            // Pipelined, executed in this order: the head lock, then the row's.
+            let by_id: [Sql; 1] = [&id];
+            let (head, row) = futures::try_join!(
+                lock_head(&tx),
+                query_opt(
+                    &tx,
+                    "SELECT revision, body, status, agent FROM records WHERE id = $1 FOR UPDATE",
+                    &by_id,
+                ),
+            )?;
+            let Some(row) = row else {
                 return Ok((Cas::Missing, 0));
             };
             let revision: i64 = row.get(0);
@@ -795,24 +852,28 @@ impl Store for PgStore {
                 return Ok((Cas::Conflict(Box::new(cur)), 0));
             }
             let executing = rec.status() == Status::Executing;
-            tx.execute(
-                &format!(
-                    "UPDATE records SET status = $2, deadline = $3, revision = $4, body = $5, \
-                     lease_until = CASE WHEN $6 THEN {DB_NOW_MS} + $7 ELSE NULL END WHERE id = $1"
-                ),
-                &[
-                    &id,
-                    &rec.status().as_str(),
-                    &deadline_of(&rec),
-                    &(rec.revision as i64),
-                    &body,
-                    &executing,
-                    &lease_ms,
-                ],
-            )
-            .await
-            .map_err(pg_err)?;
-            let dropped = finish_write(&tx, &rec, events, head, outbox, &me).await?;
+            let (was, agent): (&str, &str) = (row.get(2), row.get(3));
+            let delta = i64::from(rec.status() == Status::Pending)
+                - i64::from(was == Status::Pending.as_str());
+            if delta != 0 {
+                move_pending(&tx, agent, delta).await?;
+            }
+            let sql = format!(
+                "UPDATE records SET status = $2, deadline = $3, revision = $4, body = $5, \
+                 lease_until = CASE WHEN $6 THEN {DB_NOW_MS} + $7 ELSE NULL END WHERE id = $1"
+            );
+            let (status, deadline, revision) = (
+                rec.status().as_str(),
+                deadline_of(&rec),
+                rec.revision as i64,
+            );
+            let row: [Sql; 7] = [
+                &id, &status, &deadline, &revision, &body, &executing, &lease_ms,
+            ];
+            let (_, dropped) = futures::try_join!(
+                exec(&tx, &sql, &row),
+                finish_write(&tx, &rec, events, head, outbox, &me),
+            )?;
             tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;
             Ok((Cas::Applied, dropped))
         })?;
@@ -855,24 +916,17 @@ impl Store for PgStore {
     }
 
     fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError> {
-        let (pool, agent) = (self.pool.clone(), agent.map(|a| a.as_str().to_owned()));
+        let (pool, agent) = (
+            self.pool.clone(),
+            agent.map(|a| a.as_str().to_owned()).unwrap_or_default(),
+        );
         self.block(async move {
             let c = pool.get().await.map_err(pool_err)?;
-            let row = match agent {
-                Some(a) => {
-                    c.query_one(
-                        "SELECT count(*) FROM records WHERE status = 'PENDING' AND agent = $1",
-                        &[&a],
-                    )
-                    .await
-                }
-                None => {
-                    c.query_one("SELECT count(*) FROM records WHERE status = 'PENDING'", &[])
-                        .await
-                }
-            }
-            .map_err(pg_err)?;
-            Ok(row.get::<_, i64>(0) as u64)
+            let row = c
+                .query_opt("SELECT n FROM pending_counts WHERE agent = $1", &[&agent])
+                .await
+                .map_err(pg_err)?;
+            Ok(row.map_or(0, |r| r.get::<_, i64>(0) as u64))
         })
     }
 

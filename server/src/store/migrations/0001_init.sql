@@ -28,6 +28,14 @@ CREATE INDEX records_by_agent ON records (agent, created DESC, id DESC);
 CREATE INDEX records_by_deadline ON records (deadline, id) WHERE deadline IS NOT NULL;
 CREATE INDEX records_by_lease ON records (lease_until) WHERE lease_until IS NOT NULL;
 
+-- PENDING records per agent, and in all under '' (never an agent name: those are
+-- 1-64 characters). Kept by each write under the audit head's lock, so a create
+-- checks the limits in O(1) rather than counting every pending record.
+CREATE TABLE pending_counts (
+    agent text PRIMARY KEY,
+    n bigint NOT NULL CHECK (n >= 0)
+);
+
 -- Canonical policies by hash, written before any record that names them.
 CREATE TABLE policies (
     hash text PRIMARY KEY,
