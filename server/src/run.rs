@@ -472,6 +472,27 @@ mod newcomer_messages {
     }
 
     #[test]
+    fn store_specs_name_the_two_forms() {
+        assert_eq!(
+            "sled:/var/lib/gate".parse(),
+            Ok(StoreSpec::Sled(PathBuf::from("/var/lib/gate")))
+        );
+        for url in [
+            "postgres://gate@db:5432/approval",
+            "postgresql://gate:pw@db/approval?sslmode=disable",
+        ] {
+            assert_eq!(url.parse(), Ok(StoreSpec::Postgres(url.to_owned())));
+        }
+        for bad in ["", "sled:", "mysql://db/x", "./data"] {
+            let err = bad.parse::<StoreSpec>().unwrap_err();
+            assert!(
+                err.contains("sled:DIR") && err.contains("postgres://"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_taken_address_names_the_flag() {
         let e = std::io::Error::from(std::io::ErrorKind::AddrInUse);
         let addr: SocketAddr = "127.0.0.1:4800".parse().unwrap();
