@@ -1,6 +1,7 @@
 //! Several instances of the real server on one PostgreSQL database (issue #15): the
 //! round trip, exactly one run of 100 concurrent executes spread over three
-//! instances, a decision on one instance waking a long-poll on another, and an
+//! instances, a decision on one instance waking a long-poll on another (and a
+//! proposal reaching a `signer-cli watch` stream on another), and an
 //! instance killed mid-execution whose claim a survivor ends OUTCOME_UNKNOWN when
 //! its lease runs out, the command having run once.
 //!
@@ -324,5 +325,96 @@ async fn sigkill_mid_execution_ends_outcome_unknown_by_lease_on_a_survivor() -> 
     assert_eq!(r["status"], "SUCCEEDED", "{r}");
     let ok = audit_verify(&db)?;
     assert!(ok.starts_with("ok: "), "{ok}");
+    Ok(())
+}
+
+/// Lines a child process prints, each with when it arrived.
+fn lines_of(
+    r: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<(String, Instant)> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((line, Instant::now())).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line containing `needle`; returns when it arrived.
+fn wait_line(
+    rx: &std::sync::mpsc::Receiver<(String, Instant)>,
+    needle: &str,
+    timeout: Duration,
+) -> anyhow::Result<Instant> {
+    let until = Instant::now() + timeout;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((line, at)) if line.contains(needle) => return Ok(at),
+            Ok(_) => continue,
+            Err(_) => anyhow::bail!("no line with {needle:?} within {timeout:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_proposal_on_one_instance_reaches_a_watch_stream_on_another() -> anyhow::Result<()> {
+    let Some(db) = FreshDb::new()? else {
+        return Ok(());
+    };
+    let w = World::new(&["alice", "bob"])?;
+    w.write_policy("note.write.toml", NOTE_POLICY)?;
+    let a = db.start(&w, "a", &[])?;
+    let b = db.start(&w, "b", &[])?;
+    let mut watch = std::process::Command::new(approval_e2e::bin("signer-cli"))
+        .env("XDG_CONFIG_HOME", w.path().join("xdg-config"))
+        .env_remove("SIGNER_SERVER")
+        .env_remove("SIGNER_KEY")
+        .arg("--server")
+        .arg(&b.api_url)
+        .arg("--key")
+        .arg(w.key_file("alice"))
+        .arg("watch")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let out = lines_of(watch.stdout.take().expect("piped"));
+    let err = lines_of(watch.stderr.take().expect("piped"));
+    let _reap = Reap(watch);
+    wait_line(&err, "signer-cli: watching", Duration::from_secs(20))?;
+    // A first proposal on B: once printed, watch has read its pending list and
+    // is on the stream.
+    let first = b
+        .mcp()
+        .await?
+        .prepare("note.write", json!({"text": "first"}), "first")
+        .await?;
+    wait_line(&out, &first.proposal_id(), Duration::from_secs(10))?;
+    // Proposed on A: it reaches B's stream only through the database's NOTIFY.
+    let second = a
+        .mcp()
+        .await?
+        .prepare("note.write", json!({"text": "second"}), "second")
+        .await?;
+    let proposed = Instant::now();
+    let seen = wait_line(&out, &second.proposal_id(), Duration::from_secs(10))?;
+    let late = seen.saturating_duration_since(proposed);
+    assert!(
+        late < Duration::from_secs(1),
+        "printed {late:?} after the proposal"
+    );
     Ok(())
 }
