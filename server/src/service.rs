@@ -798,12 +798,24 @@ impl Service {
             };
             // The effect happened; only its record is missing. Saying "try again" here
             // would invite a second run, which the claim refuses anyway.
+            // On a shared store the instance keeps running: the claim's lease, no
+            // longer renewed, runs out and a sweep ends it OUTCOME_UNKNOWN.
+            let (recovers, back) = match self.store.leases() {
+                None => (
+                    "it stops so that a restart recovers",
+                    "once the server is back",
+                ),
+                Some(_) => (
+                    "its claim is no longer renewed",
+                    "once the store is reachable and the claim's lease has run out",
+                ),
+            };
             ServiceError::new(
                 Code::OutcomeUnknown,
                 format!(
                     "the action ran (the executor reported {outcome:?}: {detail}) but the server \
-                     could not record the outcome ({cause}); it stops so that a restart recovers. \
-                     Do not execute it again: once the server is back the proposal shows \
+                     could not record the outcome ({cause}); {recovers}. \
+                     Do not execute it again: {back} the proposal shows \
                      OUTCOME_UNKNOWN for a human to resolve"
                 ),
             )
