@@ -138,6 +138,46 @@ impl ServerIdentity {
         })
     }
 
+    /// For a store shared by several instances: the key kept in the store itself
+    /// (the first instance stores a fresh one; every instance reads back the same),
+    /// bound to the deployment's one `server_id` like a key file is. Whoever can
+    /// read the database can read this key: see THREAT_MODEL.md.
+    pub fn open_shared(store: &dyn Store) -> Result<Option<Self>, IdentityError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| {
+            IdentityError::Store(StoreError::Backend(format!("no randomness: {e}")))
+        })?;
+        let Some(kept) = store.shared_server_secret(&STANDARD.encode(seed))? else {
+            return Ok(None);
+        };
+        let seed = STANDARD
+            .decode(kept.trim())
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| {
+                IdentityError::Store(StoreError::Corrupt {
+                    key: "meta/server_secret".into(),
+                    why: "not standard base64 of 32 bytes".into(),
+                })
+            })?;
+        let key = SigningKey::from_bytes(&seed);
+        let public = PublicKey::from_signing_key(&key);
+        let bound = store.bind_server_key(&public)?;
+        if bound != public {
+            return Err(IdentityError::Mismatch {
+                path: PathBuf::from("(the store's meta table)"),
+                server_id: store.server_id().clone(),
+                bound: bound.to_base64(),
+                file: public.to_base64(),
+            });
+        }
+        Ok(Some(Self {
+            server_id: store.server_id().clone(),
+            key,
+            public,
+        }))
+    }
+
     /// The server's id.
     pub fn server_id(&self) -> &ServerId {
         &self.server_id

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use approval_server::config::ConfigSource;
 use approval_server::run::{self, ServeOptions};
-use approval_server::store::{SledStore, Store};
+use approval_server::store::{PgStore, SledStore, Store};
 use approval_server::{agents, audit, audit_remote, demo, init, stdio};
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
@@ -94,9 +94,20 @@ impl NotifyArgs {
 enum Command {
     /// Run the service.
     Serve {
-        /// Store folder (created if missing).
+        /// Store folder (created if missing). With --store postgres://…, it keeps only
+        /// this instance's local files (executors' output, endpoint.json).
         #[arg(long, default_value = "./data")]
         data: PathBuf,
+        /// Where the store is: `sled:DIR` (the embedded store, the same as --data DIR)
+        /// or `postgres://USER[:PASSWORD]@HOST:PORT/DATABASE`, shared by several
+        /// instances (run `approval-server migrate --store URL` first).
+        #[arg(long, env = "APPROVAL_STORE", value_name = "STORE")]
+        store: Option<run::StoreSpec>,
+        /// On PostgreSQL: seconds an execution claim stays leased without renewal. An
+        /// instance that dies mid-execution leaves its claim; another instance ends it
+        /// OUTCOME_UNKNOWN this long after its last renewal (never re-runs it).
+        #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+        claim_lease: u64,
         #[command(flatten)]
         rules: Rules,
         /// Agents file: `<name> <sha256 of token>` lines. Without it, only loopback clients, as `local`.
@@ -171,6 +182,14 @@ enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Create or upgrade the PostgreSQL store's schema (versioned migrations, each in
+    /// one transaction; safe to run from several places at once). `serve` refuses a
+    /// database whose schema is older or newer than it knows.
+    Migrate {
+        /// postgres://USER[:PASSWORD]@HOST:PORT/DATABASE
+        #[arg(long, env = "APPROVAL_STORE", value_name = "URL")]
+        store: String,
+    },
     /// Validate policies and keyring; exits non-zero with file:line on any error, and
     /// while any kind is disabled by an approver missing from the keyring.
     Check {
@@ -219,6 +238,10 @@ struct AuditFrom {
     /// Store folder (read directly: the server must be stopped).
     #[arg(long, default_value = "./data", conflicts_with = "server")]
     data: PathBuf,
+    /// A PostgreSQL store, read directly (instances may keep running):
+    /// postgres://USER[:PASSWORD]@HOST:PORT/DATABASE, or sled:DIR like --data.
+    #[arg(long, value_name = "STORE", conflicts_with = "server")]
+    store: Option<run::StoreSpec>,
     /// A running server's approver API, e.g. http://127.0.0.1:4800 (signed read of
     /// /v1/audit; needs --key). The chain is checked here, as offline.
     #[arg(long, value_name = "URL", requires = "key")]
@@ -288,7 +311,9 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve {
-            data,
+            mut data,
+            store,
+            claim_lease,
             rules,
             agents,
             listen,
@@ -301,7 +326,17 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => {
             logging("info");
             let notify = notify.options()?;
+            let database = match store {
+                Some(run::StoreSpec::Sled(dir)) => {
+                    data = dir;
+                    None
+                }
+                Some(run::StoreSpec::Postgres(url)) => Some(url),
+                None => None,
+            };
             let opts = ServeOptions {
+                database,
+                claim_lease: std::time::Duration::from_secs(claim_lease.max(1)),
                 data,
                 source: ConfigSource {
                     policies: rules.policies,
@@ -343,6 +378,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 demo_keys: Some(keys_dir),
                 limits: Default::default(),
                 notify: Default::default(),
+                database: None,
+                claim_lease: approval_server::store::postgres::DEFAULT_LEASE,
             };
             let svc = run::start(&opts).await?;
             run::serve(opts, svc).await?;
@@ -429,6 +466,21 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Migrate { store } => {
+            if !approval_server::store::postgres::is_postgres_url(&store) {
+                anyhow::bail!("migrate is for the PostgreSQL store: give --store postgres://USER@HOST:PORT/DATABASE (the embedded store needs no migration)");
+            }
+            let shown = approval_server::store::postgres::redact(&store);
+            let (from, to) = tokio::task::spawn_blocking(move || PgStore::migrate(&store))
+                .await?
+                .with_context(|| format!("cannot migrate {shown}"))?;
+            if from == to {
+                println!("ok: {shown} is at schema version {to}; nothing to do");
+            } else {
+                println!("ok: {shown} migrated from schema version {from} to {to}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { rules, agents } => {
             let source = ConfigSource {
                 policies: rules.policies.clone(),
@@ -491,10 +543,19 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let from = match &action {
                 AuditAction::Verify { from } | AuditAction::Export { from } => from.clone(),
             };
-            let (entries, head) = match (&from.server, &from.key) {
-                (Some(url), Some(key)) => audit_remote::fetch(url, key).await?,
-                _ => {
-                    let data = from.data;
+            let (entries, head) = match (&from.server, &from.key, from.store.clone()) {
+                (Some(url), Some(key), _) => audit_remote::fetch(url, key).await?,
+                (_, _, Some(run::StoreSpec::Postgres(url))) => {
+                    let shown = approval_server::store::postgres::redact(&url);
+                    tokio::task::spawn_blocking(move || PgStore::open(&url).and_then(|s| s.audit()))
+                        .await?
+                        .with_context(|| format!("cannot read the audit log from {shown}"))?
+                }
+                (_, _, spec) => {
+                    let data = match spec {
+                        Some(run::StoreSpec::Sled(dir)) => dir,
+                        _ => from.data,
+                    };
                     let store = SledStore::open(&data.join("store")).with_context(|| {
                         format!(
                             "cannot open the store in {} (a running server locks it: stop it, or read the running server's log with --server URL --key FILE)",

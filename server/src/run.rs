@@ -11,7 +11,7 @@ use crate::failstop::FailStop;
 use crate::http::{self, McpOptions};
 use crate::identity::ServerIdentity;
 use crate::service::Service;
-use crate::store::{SledStore, Store};
+use crate::store::{PgStore, SledStore, Store};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,6 +39,68 @@ pub struct ServeOptions {
     pub limits: crate::store::PendingLimits,
     /// Notification channels' server side (relay, defaults, retry timings).
     pub notify: crate::notify::NotifyOptions,
+    /// A PostgreSQL URL: the store is that database, shared with other instances,
+    /// rather than the embedded store in `data` (which then keeps only local files).
+    pub database: Option<String>,
+    /// On PostgreSQL: how long an execution claim stays leased without renewal.
+    pub claim_lease: Duration,
+}
+
+/// Where the store is, as `--store` or `APPROVAL_STORE` say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// `sled:DIR`: the embedded store, the same as `--data DIR`.
+    Sled(PathBuf),
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DATABASE` (or `postgresql://`).
+    Postgres(String),
+}
+
+impl std::str::FromStr for StoreSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if crate::store::postgres::is_postgres_url(s) {
+            return Ok(StoreSpec::Postgres(s.to_owned()));
+        }
+        match s.strip_prefix("sled:") {
+            Some(dir) if !dir.is_empty() => Ok(StoreSpec::Sled(PathBuf::from(dir))),
+            _ => Err(format!(
+                "{s:?} is not a store: write sled:DIR for the embedded store, or \
+                 postgres://USER[:PASSWORD]@HOST:PORT/DATABASE for PostgreSQL"
+            )),
+        }
+    }
+}
+
+/// Opens the store (and the identity it is bound to) that `opts` names.
+async fn open_store(opts: &ServeOptions) -> anyhow::Result<(Arc<dyn Store>, ServerIdentity)> {
+    if let Some(url) = &opts.database {
+        let (url, lease) = (url.clone(), opts.claim_lease);
+        let pg =
+            tokio::task::spawn_blocking(move || PgStore::open(&url).map(|s| s.with_lease(lease)))
+                .await??;
+        let store: Arc<dyn Store> = Arc::new(pg);
+        let s2 = store.clone();
+        let identity =
+            tokio::task::spawn_blocking(move || ServerIdentity::open_shared(s2.as_ref()))
+                .await?
+                .context("the server's identity key is refused")?
+                .ok_or_else(|| anyhow::anyhow!("the PostgreSQL store keeps no identity key"))?;
+        // No fail-stop: an unreachable database is answered with a retryable error,
+        // and the pool reconnects by itself when it is back.
+        return Ok((store, identity));
+    }
+    let sled: Arc<dyn Store> =
+        Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
+            format!(
+                "cannot open the store in {} (is another server using it?)",
+                opts.data.display()
+            )
+        })?);
+    let identity = ServerIdentity::open(&opts.data, sled.as_ref())
+        .context("the server's identity key is refused")?;
+    let store: Arc<dyn Store> = Arc::new(FailStop::new(sled, FailStop::exit_process));
+    Ok((store, identity))
 }
 
 /// Opens the store and builds the service, recovering from a previous crash.
@@ -63,16 +125,7 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
         tracing::error!("{why}");
         eprintln!("warning: {why}");
     }
-    let sled: Arc<dyn Store> =
-        Arc::new(SledStore::open(&opts.data.join("store")).with_context(|| {
-            format!(
-                "cannot open the store in {} (is another server using it?)",
-                opts.data.display()
-            )
-        })?);
-    let identity = ServerIdentity::open(&opts.data, sled.as_ref())
-        .context("the server's identity key is refused")?;
-    let store: Arc<dyn Store> = Arc::new(FailStop::new(sled, FailStop::exit_process));
+    let (store, identity) = open_store(opts).await?;
     let svc = Service::with_limits(
         store,
         identity,
@@ -323,19 +376,58 @@ fn tokio_util_shutdown(stop: impl std::future::Future<Output = ()> + Send + 'sta
     Shutdown(rx)
 }
 
+/// Whether this instance leads `task` now (always, on the embedded store).
+pub async fn leads(svc: &Service, task: &'static str) -> bool {
+    let store = svc.store().clone();
+    tokio::task::spawn_blocking(move || store.try_lead(task))
+        .await
+        .unwrap_or(false)
+}
+
 fn spawn_background(svc: Arc<Service>) {
     let sweeper = svc.clone();
+    // With leases (several instances), a dead instance's claims are found within
+    // half a lease of expiring.
+    let every = match svc.store().leases() {
+        Some(lease) => (lease / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        None => Duration::from_secs(5),
+    };
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
+            // One instance at a time sweeps; another takes over when it dies.
+            if !leads(&sweeper, "sweep").await {
+                continue;
+            }
             match sweeper.sweep().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(expired = n, "expiry sweep"),
                 Err(e) => tracing::error!(error = %e, "expiry sweep failed"),
             }
+            match sweeper.sweep_leases().await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(n, "execution leases expired: OUTCOME_UNKNOWN"),
+                Err(e) => tracing::error!(error = %e, "lease sweep failed"),
+            }
         }
     });
+    // Changes other instances made wake this instance's long-polls and streams.
+    if let Some(mut rx) = svc.store().remote_events() {
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let id = match rx.recv().await {
+                    Ok(id) => id,
+                    Err(RecvError::Lagged(_)) => None,
+                    Err(RecvError::Closed) => return,
+                };
+                let svc = svc.clone();
+                let _ = tokio::task::spawn_blocking(move || svc.announce_remote(id)).await;
+            }
+        });
+    }
     #[cfg(unix)]
     tokio::spawn(async move {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -377,6 +469,27 @@ mod newcomer_messages {
         );
         let many: Vec<ProposalId> = (0..25).map(|i| id(&format!("p-{i}"))).collect();
         assert!(ended_message(&many).ends_with("p-19 and 5 more"));
+    }
+
+    #[test]
+    fn store_specs_name_the_two_forms() {
+        assert_eq!(
+            "sled:/var/lib/gate".parse(),
+            Ok(StoreSpec::Sled(PathBuf::from("/var/lib/gate")))
+        );
+        for url in [
+            "postgres://gate@db:5432/approval",
+            "postgresql://gate:pw@db/approval?sslmode=disable",
+        ] {
+            assert_eq!(url.parse(), Ok(StoreSpec::Postgres(url.to_owned())));
+        }
+        for bad in ["", "sled:", "mysql://db/x", "./data"] {
+            let err = bad.parse::<StoreSpec>().unwrap_err();
+            assert!(
+                err.contains("sled:DIR") && err.contains("postgres://"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -97,6 +97,22 @@ impl From<StoreError> for ServiceError {
                 refusal.storage_failure = Some(m);
                 return refusal;
             }
+            StoreError::Unavailable(why) => {
+                // A shared database that went away: this instance keeps running and
+                // reconnects by itself, so "retry" is the answer, not "restart".
+                tracing::warn!(error = %why, "store unreachable");
+                let mut refusal = ServiceError::new(
+                    Code::Internal,
+                    format!(
+                        "the store is unreachable: {why}; retry. Nothing was reported done that \
+                         was not stored; if this request changed something, check with \
+                         approval_status before trying again"
+                    ),
+                )
+                .retry(true);
+                refusal.storage_failure = Some(format!("the store is unreachable: {why}"));
+                return refusal;
+            }
             _ => {}
         }
         tracing::error!(error = %e, "storage failure");
@@ -118,6 +134,15 @@ impl From<StoreError> for ServiceError {
 impl std::fmt::Display for ServiceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -727,6 +752,7 @@ impl Service {
         .with_attestation(claimed.attestation.clone());
         let cfg = policy.spec().executor.clone();
         let exec = self.exec.clone();
+        let _renewing = self.keep_lease(claimed.id());
         let (id, payload) = (claimed.id().clone(), claimed.preview.payload.clone());
         let report =
             match tokio::spawn(
@@ -772,12 +798,24 @@ impl Service {
             };
             // The effect happened; only its record is missing. Saying "try again" here
             // would invite a second run, which the claim refuses anyway.
+            // On a shared store the instance keeps running: the claim's lease, no
+            // longer renewed, runs out and a sweep ends it OUTCOME_UNKNOWN.
+            let (recovers, back) = match self.store.leases() {
+                None => (
+                    "it stops so that a restart recovers",
+                    "once the server is back",
+                ),
+                Some(_) => (
+                    "its claim is no longer renewed",
+                    "once the store is reachable and the claim's lease has run out",
+                ),
+            };
             ServiceError::new(
                 Code::OutcomeUnknown,
                 format!(
                     "the action ran (the executor reported {outcome:?}: {detail}) but the server \
-                     could not record the outcome ({cause}); it stops so that a restart recovers. \
-                     Do not execute it again: once the server is back the proposal shows \
+                     could not record the outcome ({cause}); {recovers}. \
+                     Do not execute it again: {back} the proposal shows \
                      OUTCOME_UNKNOWN for a human to resolve"
                 ),
             )
@@ -1061,8 +1099,79 @@ impl Service {
         Ok(n)
     }
 
+    /// While a claimed record's executor runs on a store shared by several instances,
+    /// renews its lease every third of the lease time, so that other instances know
+    /// this one is alive. Stops when the returned guard drops.
+    fn keep_lease(&self, id: &ProposalId) -> Option<AbortOnDrop> {
+        let lease = self.store.leases()?;
+        let (store, id) = (self.store.clone(), id.clone());
+        Some(AbortOnDrop(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let (store, id) = (store.clone(), id.clone());
+                match tokio::task::spawn_blocking(move || store.renew_lease(&id)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew an execution lease"),
+                    Err(e) => tracing::warn!(error = %e, "lease renewal task failed"),
+                }
+            }
+        })))
+    }
+
+    /// On a store shared by several instances: every EXECUTING record whose lease ran
+    /// out (the instance running it died) becomes OUTCOME_UNKNOWN, never re-run.
+    /// Returns how many.
+    pub async fn sweep_leases(&self) -> Result<usize, ServiceError> {
+        let expired = self.store.expired_claims(SWEEP_BATCH)?;
+        for id in &expired {
+            self.transition(id, |cur, now| {
+                let Ok(life) = cur.lifecycle.crash_recovered() else { return Ok(None) };
+                let mut next = cur.with_lifecycle(life, now);
+                next.result = Some(ExecResult {
+                    outcome: Outcome::Unknown,
+                    detail: "the instance running this stopped renewing its claim (its lease expired); a human must check and resolve it (signer-cli resolve)".into(),
+                    readback_sha256: None,
+                    output: None,
+                    finished_at: now,
+                });
+                Ok(Some((next, vec![Self::event(AuditKind::Finished, cur, now, json!({"outcome": Outcome::Unknown, "why": "execution lease expired"}))])))
+            })
+            .await?;
+            tracing::warn!(%id, "execution lease expired: now OUTCOME_UNKNOWN, not re-run");
+        }
+        Ok(expired.len())
+    }
+
+    /// A change another instance made (`None`: changes may have been missed): wakes
+    /// this process's long-polls and event streams as a local change does.
+    pub fn announce_remote(&self, id: Option<ProposalId>) {
+        match id {
+            Some(id) => self.announce(id),
+            None => {
+                // Lagged receivers re-read: make every waiter see a change.
+                let ids: Vec<ProposalId> = [Status::Pending, Status::Approved, Status::Executing]
+                    .into_iter()
+                    .filter_map(|st| self.store.list_status(st, 10_000).ok())
+                    .flatten()
+                    .map(|r| r.id().clone())
+                    .collect();
+                for id in ids {
+                    self.announce(id);
+                }
+            }
+        }
+    }
+
     /// At start-up: every EXECUTING record becomes OUTCOME_UNKNOWN, never re-run.
+    /// On a store shared by several instances, none is touched here: another
+    /// instance may be running it; [`Service::sweep_leases`] ends those whose lease
+    /// ran out.
     pub async fn recover(&self) -> Result<usize, ServiceError> {
+        if self.store.leases().is_some() {
+            return Ok(0);
+        }
         let stuck = self.store.list_status(Status::Executing, usize::MAX)?;
         for rec in &stuck {
             self.transition(rec.id(), |cur, now| {

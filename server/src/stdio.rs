@@ -336,6 +336,8 @@ impl Embedded {
             demo_keys: None,
             limits: Default::default(),
             notify: Default::default(),
+            database: None,
+            claim_lease: crate::store::postgres::DEFAULT_LEASE,
         };
         let svc = match run::start(&serve).await {
             Ok(svc) => svc,

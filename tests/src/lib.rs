@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+pub mod pg;
+
 /// The MCP revision the clients negotiate.
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 

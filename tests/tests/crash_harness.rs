@@ -20,8 +20,17 @@
 //!
 //! At the end the server is stopped and `approval-server audit verify` must exit 0.
 //!
+//! The same harness runs on two instances sharing one PostgreSQL database (issue
+//! #15), when `APPROVAL_TEST_DATABASE_URL` is set: each round starts whichever
+//! instance is down, spreads the load over both, and SIGKILLs one of them while the
+//! other keeps serving. A claim left by the killed instance stays EXECUTING until
+//! its lease runs out (`--claim-lease 1`) and a survivor ends it OUTCOME_UNKNOWN, so
+//! EXECUTING is an allowed state between rounds, never a re-run; the final check
+//! waits out the lease and then requires every effect's proposal to be finished.
+//!
 //! `CRASH_ROUNDS` (default 20) sets the number of rounds; `CRASH_SEED` replays a
-//! run (the seed is printed). Self-contained: it does not use the e2e library.
+//! run (the seed is printed). Self-contained: it does not use the e2e library
+//! (except for the PostgreSQL schema, made and dropped by `approval_e2e::pg`).
 
 use approval_core::keyring::SecretKey;
 use approval_core::message::{sign_read, Decision, SignedDecision};
@@ -111,10 +120,15 @@ fn tail(path: &Path, n: usize) -> String {
 struct World {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    /// A PostgreSQL store URL shared by the instances; `None`: one sled instance.
+    store: Option<String>,
 }
 
+/// The execution lease on PostgreSQL, in seconds (`--claim-lease`).
+const LEASE_SECS: u64 = 1;
+
 impl World {
-    fn new() -> Self {
+    fn new(store: Option<String>) -> Self {
         let built = server_bin();
         let dir = tempfile::Builder::new()
             .prefix("crash-harness-")
@@ -126,7 +140,7 @@ impl World {
         if std::fs::hard_link(&built, &bin).is_err() {
             std::fs::copy(&built, &bin).unwrap();
         }
-        let w = Self { dir, bin };
+        let w = Self { dir, bin, store };
         std::fs::create_dir_all(w.policies()).unwrap();
         let keyring: String = APPROVERS
             .iter()
@@ -180,16 +194,28 @@ timeout = "20s"
         self.path().join("server.log")
     }
 
-    fn start(&self) -> Server {
+    /// Whether claims carry leases (several instances on PostgreSQL).
+    fn leased(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Starts instance `i` (on sled there is one, on the data folder).
+    fn start(&self, i: usize) -> Server {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log())
             .unwrap();
-        let mut child = Command::new(&self.bin)
-            .arg("serve")
-            .arg("--data")
-            .arg(self.data())
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("serve");
+        match &self.store {
+            None => cmd.arg("--data").arg(self.data()),
+            Some(url) => cmd
+                .arg("--data")
+                .arg(self.path().join(format!("data-{i}")))
+                .args(["--store", url, "--claim-lease", &LEASE_SECS.to_string()]),
+        };
+        let mut child = cmd
             .arg("--policies")
             .arg(self.policies())
             .arg("--keys")
@@ -292,7 +318,12 @@ struct Stats {
 }
 
 /// Whether `now` may follow a status the server acknowledged, after a restart.
-fn may_follow(acked: &str, now: &str) -> bool {
+fn may_follow(acked: &str, now: &str, leased: bool) -> bool {
+    // Several instances: a claim may be running on the survivor, or left by the
+    // killed instance until its lease runs out; never claimed twice either way.
+    if leased && now == "EXECUTING" {
+        return matches!(acked, "PENDING" | "APPROVED" | "EXECUTING");
+    }
     match acked {
         "PENDING" => now != "EXECUTING",
         "APPROVED" => matches!(
@@ -649,6 +680,7 @@ async fn check_one(
     id: &str,
     round: u64,
     errors: &mut Vec<String>,
+    leased: bool,
 ) -> Result<String, String> {
     let acked = model
         .lock()
@@ -669,7 +701,7 @@ async fn check_one(
         errors.push(format!("round {round}: {id} changed its preview hash: {v}"));
     }
     let now = v["status"].as_str().unwrap_or("").to_owned();
-    if !may_follow(&acked.status, &now) {
+    if !may_follow(&acked.status, &now, leased) {
         errors.push(format!(
             "round {round}: {id} was acknowledged as {} ({}) and is {now} after the restart",
             acked.status, acked.how
@@ -777,10 +809,11 @@ async fn check_after_restart(
     let fresh: BTreeSet<String> = fresh.into_iter().collect();
     let n = ids.len();
     for id in ids {
-        let now = check_one(c, model, &id, round, errors).await?;
-        if fresh.contains(&id)
-            && !matches!(now.as_str(), "SUCCEEDED" | "FAILED" | "OUTCOME_UNKNOWN")
-        {
+        let now = check_one(c, model, &id, round, errors, w.leased()).await?;
+        // Between rounds on PostgreSQL a killed instance's claim may still be leased.
+        let settled = matches!(now.as_str(), "SUCCEEDED" | "FAILED" | "OUTCOME_UNKNOWN")
+            || (w.leased() && !all && now == "EXECUTING");
+        if fresh.contains(&id) && !settled {
             errors.push(format!(
                 "round {round}: the effect of {id} ran but the proposal is {now}: it could run again"
             ));
@@ -806,6 +839,20 @@ async fn wait_healthy(c: &Client) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_twice() {
+    run(World::new(None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_postgres_instances_sigkilled_under_load_lose_nothing_and_never_run_twice() {
+    let db = match approval_e2e::pg::FreshDb::new() {
+        Ok(Some(db)) => db,
+        Ok(None) => return,
+        Err(e) => panic!("{e:#}"),
+    };
+    run(World::new(Some(db.url.clone()))).await;
+}
+
+async fn run(w: World) {
     let rounds: u64 = std::env::var("CRASH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -821,7 +868,8 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         });
     eprintln!("crash harness: {rounds} rounds, CRASH_SEED={seed}");
     let started = Instant::now();
-    let w = World::new();
+    let instances = if w.leased() { 2 } else { 1 };
+    let mut servers: Vec<Option<Server>> = (0..instances).map(|_| None).collect();
     let model = Arc::new(Mutex::new(Model::default()));
     let stats = Arc::new(Stats::default());
     let mut rng = Rng(seed | 1);
@@ -839,8 +887,21 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         )
     };
     for round in 0..rounds {
-        let mut server = w.start();
-        let c = Arc::new(Client::new(&server.base));
+        // Start whichever instance is down; check through the one just started.
+        let mut c = None;
+        for (i, s) in servers.iter_mut().enumerate() {
+            if s.is_none() {
+                let started = w.start(i);
+                c = Some(Arc::new(Client::new(&started.base)));
+                *s = Some(started);
+            }
+        }
+        let clients: Vec<Arc<Client>> = servers
+            .iter()
+            .flatten()
+            .map(|s| Arc::new(Client::new(&s.base)))
+            .collect();
+        let c = c.unwrap_or_else(|| clients[0].clone());
         if let Err(e) = wait_healthy(&c).await {
             fail(&w, format!("round {round}: {e}"));
         }
@@ -863,25 +924,27 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         let mut tasks = vec![];
         // One preparer, two deciders, two executors (racing on the same approved
         // proposals now and then): proposals move on about as fast as they are made.
+        // Spread over the instances: task k talks to instance k mod n.
+        let on = |k: usize| clients[k % clients.len()].clone();
         tasks.push(tokio::spawn(preparer(
-            c.clone(),
+            on(0),
             model.clone(),
             stats.clone(),
             stop.clone(),
             rng.next(),
         )));
-        for _ in 0..2 {
+        for k in 0..2 {
             tasks.push(tokio::spawn(decider(
-                c.clone(),
+                on(k + 1),
                 model.clone(),
                 stats.clone(),
                 stop.clone(),
                 rng.next(),
             )));
         }
-        for _ in 0..2 {
+        for k in 0..2 {
             tasks.push(tokio::spawn(executor(
-                c.clone(),
+                on(k),
                 model.clone(),
                 stats.clone(),
                 stop.clone(),
@@ -890,7 +953,15 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         }
         let run_for = Duration::from_millis(100 + rng.below(1100));
         tokio::time::sleep(run_for).await;
-        server.kill();
+        // SIGKILL one instance (the other, on PostgreSQL, keeps serving).
+        let victim = if instances > 1 {
+            rng.below(instances as u64) as usize
+        } else {
+            0
+        };
+        if let Some(mut s) = servers[victim].take() {
+            s.kill();
+        }
         kills += 1;
         stop.store(true, Ordering::SeqCst);
         for t in tasks {
@@ -910,8 +981,17 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         }
     }
     // A last restart: check everything, then stop it and verify the audit chain.
-    let mut server = w.start();
-    let c = Client::new(&server.base);
+    for (i, s) in servers.iter_mut().enumerate() {
+        if s.is_none() {
+            *s = Some(w.start(i));
+        }
+    }
+    let c = Client::new(&servers.iter().flatten().next().expect("an instance").base);
+    if w.leased() {
+        // Claims the killed instances left end OUTCOME_UNKNOWN once their lease runs
+        // out (a sweep runs every half lease).
+        tokio::time::sleep(Duration::from_secs(3 * LEASE_SECS + 1)).await;
+    }
     if let Err(e) = wait_healthy(&c).await {
         fail(&w, format!("final start: {e}"));
     }
@@ -924,12 +1004,16 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_runs_an_effect_
         fail(&w, errors.join("\n"));
     }
     found.extend(errors);
-    server.stop();
-    let out = Command::new(&w.bin)
-        .args(["audit", "verify", "--data"])
-        .arg(w.data())
-        .output()
-        .unwrap();
+    for s in servers.iter_mut().flatten() {
+        s.stop();
+    }
+    let mut verify = Command::new(&w.bin);
+    verify.args(["audit", "verify"]);
+    match &w.store {
+        None => verify.arg("--data").arg(w.data()),
+        Some(url) => verify.args(["--store", url]),
+    };
+    let out = verify.output().unwrap();
     assert!(
         out.status.success(),
         "audit verify failed after {kills} SIGKILLs (CRASH_SEED={seed}): {}\n{}",

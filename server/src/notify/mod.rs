@@ -296,6 +296,11 @@ pub fn spawn(svc: Arc<Service>, opts: NotifyOptions) {
                 tracing::info!(on, "notifications");
                 warned_on = Some(on);
             }
+            // Several instances on one database: one delivers at a time.
+            if !crate::run::leads(&svc, "outbox").await {
+                tokio::time::sleep(opts.tick).await;
+                continue;
+            }
             if let Err(e) = pass(&svc, &opts, &http, &mail).await {
                 tracing::error!(error = %e, "notification outbox cannot be read");
             }

@@ -235,3 +235,54 @@ pub fn run(store: &dyn Store) {
     assert_eq!(verify_chain(entries, head), Ok(4));
     store.flush_blocking().unwrap();
 }
+
+/// The notification outbox: queued in the same write as the change (so never for a
+/// refused one), capped with drops counted, entries numbered without reuse.
+pub fn outbox(store: &dyn Store) {
+    let ev = |rec: &ProposalRecord| ev(AuditKind::Proposed, rec);
+    let a = record("p-oa", "agent1", 1_800_000_000);
+    let b = record("p-ob", "agent1", 1_800_000_001);
+    let c = record("p-oc", "agent1", 1_800_000_002);
+    // Off (no channel configured): nothing is queued.
+    store.create(&a, ev(&a), PendingLimits::default()).unwrap();
+    assert_eq!(store.outbox_counts(), (0, 0));
+    store.set_outbox(true, 1);
+    store.create(&b, ev(&b), PendingLimits::default()).unwrap();
+    assert_eq!(store.outbox_counts(), (1, 0));
+    // A create refused by the limits commits nothing, so queues nothing.
+    let tight = PendingLimits {
+        per_agent: 2,
+        total: 100,
+    };
+    assert!(matches!(
+        store.create(&c, ev(&c), tight),
+        Err(StoreError::Full(_))
+    ));
+    assert_eq!(store.outbox_counts(), (1, 0));
+    // A stale update (compare-and-swap conflict) queues nothing either.
+    assert!(matches!(
+        store.update(&b, ev(&b)).unwrap(),
+        Cas::Conflict(_)
+    ));
+    assert_eq!(store.outbox_counts(), (1, 0));
+    // At the cap the change commits and its notification is dropped, counted.
+    store.create(&c, ev(&c), PendingLimits::default()).unwrap();
+    assert!(store.get(c.id()).unwrap().is_some());
+    assert_eq!(store.outbox_counts(), (1, 1));
+    let page = store.outbox_page(10).unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].1.proposal_id, *b.id());
+    assert_eq!(page[0].1.event, approval_core::notify::NotifyEvent::Waiting);
+    // A retry state is rewritten in place; a removed entry is gone.
+    let mut retried = page[0].1.clone();
+    retried.attempts = 3;
+    store.outbox_put(page[0].0, &retried).unwrap();
+    assert_eq!(store.outbox_page(10).unwrap()[0].1.attempts, 3);
+    store.outbox_remove(page[0].0).unwrap();
+    assert_eq!(store.outbox_counts(), (0, 1));
+    // Numbers go on after the highest ever written, never reused.
+    store.set_outbox(true, 10);
+    let d = record("p-od", "agent2", 1_800_000_003);
+    store.create(&d, ev(&d), PendingLimits::default()).unwrap();
+    assert!(store.outbox_page(10).unwrap()[0].0 > page[0].0);
+}

@@ -47,6 +47,11 @@ pub enum StoreError {
     /// A pending-proposal limit is reached.
     #[error("{0}")]
     Full(String),
+    /// The database cannot be reached now (PostgreSQL down, network gone, no answer
+    /// in time). Not a fail-stop: the store reconnects by itself, so a retry later
+    /// may succeed.
+    #[error("the store is unreachable: {0}")]
+    Unavailable(String),
 }
 
 /// Caps on PENDING proposals, enforced under the writer lock that creates them.
@@ -271,6 +276,40 @@ pub trait Store: Send + Sync + 'static {
     fn outbox_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+
+    // What several instances on one database need. The embedded store is one
+    // process: these defaults are what one process means.
+
+    /// The deployment's shared identity secret (base64 of the 32-byte seed): stores
+    /// shared by several instances keep it, storing `fresh` if none is kept yet and
+    /// returning what is kept. `None`: the secret lives in the data folder.
+    fn shared_server_secret(&self, _fresh: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+    /// How long an EXECUTING claim stays leased without renewal, for stores shared by
+    /// several instances; `None`: one process, whose claims are all its own, so every
+    /// EXECUTING record found at start-up is orphaned.
+    fn leases(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Extends this instance's lease on an EXECUTING record while its executor runs.
+    fn renew_lease(&self, _id: &ProposalId) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Up to `limit` EXECUTING records whose lease ran out (their instance died).
+    fn expired_claims(&self, _limit: usize) -> Result<Vec<ProposalId>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// Whether this instance leads background `task` (expiry sweep, outbox delivery)
+    /// now: exactly one instance does at a time, and another takes over when it dies.
+    fn try_lead(&self, _task: &str) -> bool {
+        true
+    }
+    /// Changes made by other instances (`None`: some may have been missed, re-read
+    /// everything); `None` for a store only this process writes.
+    fn remote_events(&self) -> Option<tokio::sync::broadcast::Receiver<Option<ProposalId>>> {
+        None
+    }
 }
 
 /// Most times a flusher yields to let writers under way join its group.
@@ -384,6 +423,8 @@ impl Drop for WriteGuard<'_> {
 
 #[cfg(test)]
 pub(crate) mod contract;
+pub mod postgres;
 pub mod sled;
 
+pub use self::postgres::PgStore;
 pub use self::sled::{SledStore, CACHE_BYTES};

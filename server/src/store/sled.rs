@@ -832,6 +832,12 @@ mod tests {
     }
 
     #[test]
+    fn sled_store_passes_the_outbox_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        contract::outbox(&SledStore::open(dir.path()).unwrap());
+    }
+
+    #[test]
     fn a_refused_change_queues_no_notification_and_the_outbox_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let ev = |rec: &ProposalRecord| {
