@@ -646,13 +646,14 @@ const MODERN: &str = "2026-07-28";
 /// initialized at a revision before [`MODERN`], and the call carries no `_meta` and
 /// no input-required round trip, so rmcp would do nothing with it but call
 /// [`McpHandler::call_tool`] and strip `resultType` (as [`answer_direct`] does).
-/// Anything else is handed back untouched.
+/// Takes the call's id and parameters out of `msg` (which is then spent); `None`
+/// leaves `msg` untouched, for rmcp.
 fn direct_call(
-    msg: RxJsonRpcMessage<RoleServer>,
+    msg: &mut RxJsonRpcMessage<RoleServer>,
     legacy_session: bool,
-) -> Result<(RequestId, CallToolRequestParams), RxJsonRpcMessage<RoleServer>> {
+) -> Option<(RequestId, CallToolRequestParams)> {
     if !legacy_session {
-        return Err(msg);
+        return None;
     }
     match msg {
         JsonRpcMessage::Request(JsonRpcRequest {
@@ -663,9 +664,9 @@ fn direct_call(
             && r.params.input_responses.is_none()
             && r.params.request_state.is_none() =>
         {
-            Ok((id, r.params))
+            Some((id.clone(), std::mem::take(&mut r.params)))
         }
-        other => Err(other),
+        _ => None,
     }
 }
 
@@ -765,26 +766,22 @@ async fn read_lines<R: AsyncRead + Unpin>(
             continue;
         }
         match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(text) {
-            Ok(msg) => {
+            Ok(mut msg) => {
                 // The hot path: a tool call goes straight to the handler on a task
                 // of its own (a long poll must not hold the reader), and its answer
                 // straight to the writer: no hop through rmcp's session loop and its
                 // per-answer send task.
                 let legacy = initialized && negotiated.as_deref().is_some_and(|v| v < MODERN);
-                let msg = match direct_call(msg, legacy) {
-                    Ok((id, params)) => {
-                        let key = serde_json::to_string(&id).unwrap_or_default();
-                        pending.add(key.clone());
-                        let (handler, out, pending) =
-                            (handler.clone(), out.clone(), pending.clone());
-                        tokio::spawn(async move {
-                            answer_direct(handler, id, params, out).await;
-                            pending.done(&key);
-                        });
-                        continue;
-                    }
-                    Err(msg) => msg,
-                };
+                if let Some((id, params)) = direct_call(&mut msg, legacy) {
+                    let key = serde_json::to_string(&id).unwrap_or_default();
+                    pending.add(key.clone());
+                    let (handler, out, pending) = (handler.clone(), out.clone(), pending.clone());
+                    tokio::spawn(async move {
+                        answer_direct(handler, id, params, out).await;
+                        pending.done(&key);
+                    });
+                    continue;
+                }
                 if matches!(&msg, JsonRpcMessage::Notification(_))
                     && text.contains("notifications/initialized")
                 {
