@@ -435,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_server_is_the_peer_verbatim() {
+    fn the_embedded_seed_server_has_the_tools_the_pairs_call() {
         // The seed speaks the tools the pairs call.
         for tool in ["propose_action", "list_actions", "queue.db"] {
             assert!(SEED_SERVER.contains(tool), "seed server lacks {tool}");
