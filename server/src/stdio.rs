@@ -406,7 +406,9 @@ impl Embedded {
 /// on the runtime's reactor; tokio's `stdin()`/`stdout()` instead run every read and
 /// every write on a blocking-pool thread, two thread hand-offs per call that a
 /// sequential client pays in full. Anything else (a file, a terminal) keeps tokio's
-/// blocking streams.
+/// blocking streams. Non-blocking mode is a property of the open pipe, shared with
+/// any other process holding the same end; a host that launches MCP servers gives
+/// each its own pipes, and nothing else in this process writes to stdout here.
 fn stdio_streams() -> (
     Box<dyn AsyncRead + Unpin + Send>,
     Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
