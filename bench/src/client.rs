@@ -110,6 +110,39 @@ fn excerpt(s: &str) -> String {
     s.chars().take(300).collect()
 }
 
+/// The numeric id of a JSON-RPC answer line, if it has one.
+fn answer_id(line: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Id {
+        id: Option<u64>,
+    }
+    serde_json::from_str::<Id>(line).ok()?.id
+}
+
+/// Fails on a JSON-RPC error or a tool result with `isError: true`.
+pub fn check_plain(line: &str) -> Result<()> {
+    #[derive(Deserialize)]
+    struct Res {
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    }
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(default)]
+        result: Option<Res>,
+        #[serde(default)]
+        error: Option<Value>,
+    }
+    let a: Answer = serde_json::from_str(line)
+        .map_err(|e| anyhow!("bad JSON-RPC answer ({e}): {}", excerpt(line)))?;
+    match (a.error, a.result) {
+        (Some(e), _) => bail!("JSON-RPC error: {e}"),
+        (None, Some(r)) if r.is_error => bail!("tool refused: {}", excerpt(line)),
+        (None, Some(_)) => Ok(()),
+        (None, None) => bail!("no result: {}", excerpt(line)),
+    }
+}
+
 /// One shared HTTP client (a connection pool) for MCP and the approver API.
 #[derive(Clone)]
 pub struct Http {
@@ -304,7 +337,8 @@ pub fn decision_body(key: &SecretKey, preview_sha256: &str) -> Result<String> {
     Ok(serde_json::to_string(&d)?)
 }
 
-/// MCP through `approval-server stdio --connect URL`: newline-delimited JSON-RPC.
+/// A sequential MCP client over a child's stdin/stdout: newline-delimited JSON-RPC,
+/// one request at a time (the bridge, the embedded `approval-server stdio`, or a peer).
 pub struct StdioClient {
     child: Child,
     stdin: ChildStdin,
@@ -313,18 +347,24 @@ pub struct StdioClient {
 }
 
 impl StdioClient {
-    /// Spawns the bridge and initializes.
+    /// Spawns the bridge `approval-server stdio --connect URL` and initializes.
     pub async fn start(bin: &std::path::Path, mcp_url: &str) -> Result<Self> {
-        let mut child = Command::new(bin)
-            .arg("stdio")
-            .arg("--connect")
-            .arg(mcp_url)
+        let mut cmd = Command::new(bin);
+        cmd.arg("stdio").arg("--connect").arg(mcp_url);
+        Self::spawn(cmd).await
+    }
+
+    /// Spawns `cmd` (stdin and stdout piped, stderr discarded), sends `initialize`
+    /// and `notifications/initialized`.
+    pub async fn spawn(mut cmd: Command) -> Result<Self> {
+        let what = format!("{:?}", cmd.as_std().get_program());
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start {} stdio", bin.display()))?;
+            .with_context(|| format!("cannot start {what}"))?;
         let stdin = child.stdin.take().context("no stdin")?;
         let stdout = child.stdout.take().context("no stdout")?;
         let mut c = Self {
@@ -348,6 +388,11 @@ impl StdioClient {
         Ok(c)
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
     async fn send(&mut self, line: &str) -> Result<()> {
         self.stdin.write_all(line.as_bytes()).await?;
         self.stdin.write_all(b"\n").await?;
@@ -363,18 +408,28 @@ impl StdioClient {
             &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
         )
         .await?;
-        let want = format!("\"id\":{id}");
         // Bounded: a handful of unrelated lines at most (notifications), each within the timeout.
         for _ in 0..64 {
             let line = tokio::time::timeout(REQUEST_TIMEOUT, self.lines.next_line())
                 .await
-                .context("the stdio bridge did not answer in time")??
-                .ok_or_else(|| anyhow!("the stdio bridge closed its stdout"))?;
-            if line.contains(&want) {
+                .context("the stdio server did not answer in time")??
+                .ok_or_else(|| anyhow!("the stdio server closed its stdout"))?;
+            // Matched on the parsed id: peers write `"id": 5` as well as `"id":5`.
+            if answer_id(&line) == Some(id) {
                 return Ok(line);
             }
         }
-        bail!("no answer with id {id} from the stdio bridge")
+        bail!("no answer with id {id} from the stdio server")
+    }
+
+    /// `tools/call` without decoding the result beyond its envelope: fails on a
+    /// JSON-RPC error or an `isError` result. What a peer without our structured
+    /// content can be checked by, at the same client cost on both sides.
+    pub async fn call_plain(&mut self, tool: &str, args: &Value) -> Result<()> {
+        let line = self
+            .rpc("tools/call", json!({"name": tool, "arguments": args}))
+            .await?;
+        check_plain(&line)
     }
 
     /// `tools/call`.
@@ -415,5 +470,18 @@ mod tests {
         assert!(c.expect(&["UNKNOWN_KIND"]).is_err());
         let err = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"bad"}}"#;
         assert!(decode_call(err).is_err());
+        assert!(check_plain(err).is_err());
+        assert!(check_plain(refused).is_err());
+        assert!(check_plain(ok).is_ok());
+        assert!(check_plain(r#"{"jsonrpc":"2.0","id":4}"#).is_err());
+        // The seed writes Python's json.dumps: spaces after the separators.
+        let seed = r#"{"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "Queue is empty."}]}}"#;
+        assert!(check_plain(seed).is_ok());
+        assert_eq!(answer_id(seed), Some(7));
+        assert_eq!(answer_id(ok), Some(1));
+        assert_eq!(
+            answer_id(r#"{"jsonrpc":"2.0","method":"notifications/x"}"#),
+            None
+        );
     }
 }

@@ -10,11 +10,14 @@
 //! ```text
 //! approval-bench --scenario all --clients 32 --duration 10s
 //! approval-bench --scenario all --smoke          # ~3 s per scenario, small counts (CI)
+//! approval-bench --scenario peers                # vs the seed 000 server over stdio, alternately
+//! approval-bench --scenario http-pair            # vs rmcp-ceiling over HTTP, alternately
 //! ```
 
 #![forbid(unsafe_code)]
 
 mod client;
+mod peers;
 mod report;
 mod scenarios;
 mod server;
@@ -41,6 +44,10 @@ enum Scenario {
     Stdio,
     /// A large store: status, pending listing, RSS and restart, empty vs full.
     Scale,
+    /// Side by side over stdio, alternately: the seed 000 server (Python) vs our embedded stdio.
+    Peers,
+    /// Side by side over HTTP, alternately: our approval_status vs rmcp-ceiling's trivial tool.
+    HttpPair,
     /// Every scenario in turn.
     All,
 }
@@ -82,6 +89,18 @@ struct Cli {
     /// Run the server with its default pending limits.
     #[arg(long)]
     keep_server_limits: bool,
+    /// Timed calls per run in `peers`, after 50 warm-up calls (as stdio_rate.py).
+    #[arg(long, default_value_t = 2000)]
+    peers_n: usize,
+    /// Alternating rounds per pair in `peers` and `http-pair`.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// The Python that runs the seed's server in `peers`.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// The rmcp-ceiling binary [default: next to approval-bench].
+    #[arg(long)]
+    ceiling_bin: Option<PathBuf>,
     /// Also write the Markdown results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -98,6 +117,16 @@ impl Cli {
             fill_time: self.fill_time,
             fill_clients: self.fill_clients.clamp(1, 4096),
             server_args: self.server_arg.clone(),
+            // Our prepare pair must stay under the default 10,000 pending per agent.
+            peers_n: self.peers_n.clamp(1, 9_000),
+            rounds: self.rounds.clamp(1, 50),
+            python: self.python.clone(),
+            ceiling_bin: self.ceiling_bin.clone().unwrap_or_else(|| {
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.parent().map(|d| d.join("rmcp-ceiling")))
+                    .unwrap_or_else(|| PathBuf::from("target/release/rmcp-ceiling"))
+            }),
         };
         if !self.keep_server_limits {
             s.server_args.extend(
@@ -116,6 +145,8 @@ impl Cli {
             s.scale_count = s.scale_count.min(2_000);
             s.fill_time = s.fill_time.min(Duration::from_secs(5));
             s.fill_clients = s.fill_clients.min(16);
+            s.peers_n = s.peers_n.min(100);
+            s.rounds = 1;
         }
         s
     }
@@ -131,6 +162,8 @@ async fn run(cli: &Cli) -> Result<Vec<ScenarioReport>> {
             Scenario::RoundTrip,
             Scenario::Stdio,
             Scenario::Scale,
+            Scenario::Peers,
+            Scenario::HttpPair,
         ],
         one => vec![one],
     };
@@ -148,6 +181,8 @@ async fn run(cli: &Cli) -> Result<Vec<ScenarioReport>> {
             Scenario::RoundTrip => scenarios::round_trip(&s).await?,
             Scenario::Stdio => scenarios::stdio(&s).await?,
             Scenario::Scale => scenarios::scale(&s).await?,
+            Scenario::Peers => peers::peers(&s).await?,
+            Scenario::HttpPair => peers::http_pair(&s).await?,
             Scenario::All => anyhow::bail!("`all` is expanded into the scenarios above"),
         };
         for row in &r.rows {

@@ -38,6 +38,14 @@ pub struct Settings {
     pub fill_clients: usize,
     /// Extra arguments for `approval-server serve`.
     pub server_args: Vec<String>,
+    /// Timed calls per run in `peers` (after 50 warm-up calls).
+    pub peers_n: usize,
+    /// Alternating rounds in `peers` and `http-pair`.
+    pub rounds: usize,
+    /// The Python that runs the seed's server.
+    pub python: String,
+    /// The `rmcp-ceiling` binary.
+    pub ceiling_bin: PathBuf,
 }
 
 /// Times `fut` into `rec` under `op`; `None` on failure (recorded).
@@ -228,7 +236,42 @@ pub async fn status(s: &Settings) -> Result<ScenarioReport> {
     Ok(report)
 }
 
-async fn status_load(
+/// Ids of `4 × clients` (at least 16) pending proposals, made untimed.
+pub async fn pending_ids(http: &Http, clients: usize) -> Result<Vec<String>> {
+    Ok(prefill(http, (clients * 4).max(16), clients)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// `clients` closed-loop workers calling `rmcp-ceiling`'s `noop` for `duration`.
+pub async fn noop_load(http: &Http, clients: usize, duration: Duration) -> Result<Recorder> {
+    let deadline = Instant::now() + duration;
+    run_workers(clients, |_| {
+        let http = http.clone();
+        async move {
+            let mut rec = Recorder::default();
+            for _ in 0..MAX_OPS_PER_WORKER {
+                if Instant::now() >= deadline || errors(&rec) > MAX_ERRORS_PER_WORKER {
+                    break;
+                }
+                let call = async {
+                    http.call("noop", serde_json::json!({}))
+                        .await?
+                        .expect(&["OK"])
+                        .map(|_| ())
+                };
+                timed(&mut rec, "noop", call).await;
+            }
+            rec
+        }
+    })
+    .await
+}
+
+/// `clients` closed-loop workers calling `approval_status` round robin over `ids` for `duration`.
+pub async fn status_load(
     http: &Http,
     ids: &Arc<Vec<String>>,
     clients: usize,

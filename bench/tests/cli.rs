@@ -17,6 +17,8 @@ fn help_lists_every_scenario() {
         "round-trip",
         "stdio",
         "scale",
+        "peers",
+        "http-pair",
         "--smoke",
     ] {
         assert!(

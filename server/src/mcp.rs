@@ -645,17 +645,43 @@ impl ServerHandler for McpHandler {
                 ))
             }
         };
+        Ok(self.call_as(&agent, request).await?.into())
+    }
+}
+
+impl McpHandler {
+    /// One tool call by `agent`: what rmcp's `call_tool` runs, and what the embedded
+    /// stdio transport runs without rmcp's session loop (see `stdio::serve_lines`).
+    pub async fn call_as(
+        &self,
+        agent: &AgentName,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = self.dispatch(&agent, &request.name, args).await?;
+        let outcome = self.dispatch(agent, &request.name, args).await?;
         // Never report a state whose fsync is still pending.
         if let Err(e) = self.svc.settle().await {
-            return Ok(refusal(&e).into());
+            return Ok(refusal(&e));
         }
-        let result = match outcome {
+        Ok(match outcome {
             Ok(out) => CallToolResult::structured(serde_json::to_value(out).unwrap_or(Value::Null)),
             Err(e) => refusal(&e),
+        })
+    }
+
+    /// A tool call on the embedded stdio transport, by the session's agent.
+    pub async fn call_stdio(
+        &self,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(identity) = &self.stdio else {
+            return Err(McpError::invalid_request(
+                "no authenticated agent on this request",
+                None,
+            ));
         };
-        Ok(result.into())
+        let agent = identity.agent(&self.svc.config())?;
+        self.call_as(&agent, request).await
     }
 }
 

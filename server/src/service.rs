@@ -602,11 +602,16 @@ impl Service {
         id: &str,
         wait_seconds: u64,
     ) -> Result<ProposalRecord, ServiceError> {
+        let wait = wait_seconds.min(MAX_WAIT_SECONDS);
+        if wait == 0 {
+            // No wait: no subscription to make and drop (two locks on the hot path).
+            return self.get_for_agent(agent, id);
+        }
+        // Subscribed before the read, so a change right after it still wakes us.
         let mut rx = self.subscribe();
         let rec = self.get_for_agent(agent, id)?;
-        let wait = wait_seconds.min(MAX_WAIT_SECONDS);
         let life = rec.lifecycle.at(self.now());
-        if wait == 0 || life.status.is_final() || life.status == Status::OutcomeUnknown {
+        if life.status.is_final() || life.status == Status::OutcomeUnknown {
             return Ok(rec);
         }
         // Wake for a change to this proposal, or when its deadline passes.

@@ -20,7 +20,10 @@ use crate::run::{self, Announce, ServeOptions};
 use crate::service::Service;
 use anyhow::Context;
 use approval_core::ids::AgentName;
-use rmcp::model::{ErrorCode, JsonRpcMessage};
+use rmcp::model::{
+    CallToolRequestParams, ClientRequest, ErrorCode, JsonRpcMessage, JsonRpcRequest, RequestId,
+    ServerResult,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde::{Deserialize, Serialize};
@@ -384,7 +387,7 @@ impl Embedded {
                 let _ = stop_rx.await;
             },
         ));
-        let (reader, writer) = rmcp::transport::io::stdio_pipes();
+        let (reader, writer) = stdio_streams();
         let session = serve_lines(self.svc, self.identity, reader, writer);
         tokio::select! {
             r = session => {
@@ -396,6 +399,41 @@ impl Embedded {
                 // A signal (or a listener that could not start) ended the service.
                 r.context("the service task failed")?
             }
+        }
+    }
+}
+
+/// Our stdin and stdout as async streams. When they are pipes (as a host that
+/// launches MCP servers makes them), they are read and written in non-blocking mode
+/// on the runtime's reactor; tokio's `stdin()`/`stdout()` instead run every read and
+/// every write on a blocking-pool thread, two thread hand-offs per call that a
+/// sequential client pays in full. Anything else (a file, a terminal) keeps tokio's
+/// blocking streams. Non-blocking mode is a property of the open pipe, shared with
+/// any other process holding the same end; a host that launches MCP servers gives
+/// each its own pipes, and nothing else in this process writes to stdout here.
+fn stdio_streams() -> (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let rx = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd);
+    let tx = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Sender::from_owned_fd);
+    match (rx, tx) {
+        (Ok(rx), Ok(tx)) => (Box::new(rx), Box::new(tx)),
+        (rx, tx) => {
+            tracing::debug!(
+                stdin_pipe = rx.is_ok(),
+                stdout_pipe = tx.is_ok(),
+                "stdin/stdout are not both pipes: using blocking stdio"
+            );
+            (Box::new(tokio::io::stdin()), Box::new(tokio::io::stdout()))
         }
     }
 }
@@ -429,6 +467,9 @@ impl Pending {
         }
     }
 }
+
+/// Answers already queued are gathered into one write up to this many bytes.
+const WRITE_BATCH: usize = 64 * 1024;
 
 /// Largest line accepted on stdin: the same bound as an HTTP request body.
 pub const MAX_LINE: usize = crate::http::MAX_MCP_BODY;
@@ -512,11 +553,42 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
+    // Set when every request read has its answer queued: the writer then writes what
+    // is queued and ends, even while a call nobody waits for any more (a cancelled
+    // long poll on the direct path) still holds a sender.
+    let (finish_tx, mut finish_rx) = tokio::sync::watch::channel(false);
     let write_task = tokio::spawn(async move {
         let mut w = writer;
-        while let Some(mut line) = out_rx.recv().await {
-            line.push('\n');
-            if w.write_all(line.as_bytes()).await.is_err() || w.flush().await.is_err() {
+        let mut buf = Vec::new();
+        let mut finishing = false;
+        loop {
+            let line = if finishing {
+                match out_rx.try_recv() {
+                    Ok(l) => l,
+                    Err(_) => break,
+                }
+            } else {
+                tokio::select! {
+                    l = out_rx.recv() => match l {
+                        Some(l) => l,
+                        None => break,
+                    },
+                    _ = finish_rx.changed() => {
+                        finishing = true;
+                        continue;
+                    }
+                }
+            };
+            // Answers ready together leave in one write (bounded, so memory is too).
+            buf.clear();
+            buf.extend_from_slice(line.as_bytes());
+            buf.push(b'\n');
+            while buf.len() < WRITE_BATCH {
+                let Ok(more) = out_rx.try_recv() else { break };
+                buf.extend_from_slice(more.as_bytes());
+                buf.push(b'\n');
+            }
+            if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
                 break;
             }
         }
@@ -545,10 +617,16 @@ where
         ))
     };
     let (in_tx, in_rx) = mpsc::channel::<RxJsonRpcMessage<RoleServer>>(256);
-    let read_task = tokio::spawn(read_lines(reader, in_tx, out_tx.clone(), pending.clone()));
+    let handler = McpHandler::for_stdio(svc, identity);
+    let read_task = tokio::spawn(read_lines(
+        reader,
+        in_tx,
+        out_tx.clone(),
+        pending.clone(),
+        handler.clone(),
+    ));
     drop(out_tx);
     let stream = tokio_stream::wrappers::ReceiverStream::new(in_rx);
-    let handler = McpHandler::for_stdio(svc, identity);
     match rmcp::serve_server(handler, (sink, stream)).await {
         Ok(running) => {
             if let Err(e) = running.waiting().await {
@@ -559,8 +637,66 @@ where
         Err(e) => tracing::info!(error = %e, "the stdio session ended before it began"),
     }
     let read = read_task.await.context("the stdin reader failed")?;
+    let _ = finish_tx.send(true);
     let _ = write_task.await;
     read.context("cannot read stdin")
+}
+
+/// The first protocol revision whose sessions rmcp shapes differently (inline
+/// negotiation, `resultType`, input-required results): its tool calls stay on rmcp's path.
+const MODERN: &str = "2026-07-28";
+
+/// A `tools/call` the session may answer without rmcp's loop: the session was
+/// initialized at a revision before [`MODERN`], and the call carries no `_meta` and
+/// no input-required round trip, so rmcp would do nothing with it but call
+/// [`McpHandler::call_tool`] and strip `resultType` (as [`answer_direct`] does).
+/// Takes the call's id and parameters out of `msg` (which is then spent); `None`
+/// leaves `msg` untouched, for rmcp.
+fn direct_call(
+    msg: &mut RxJsonRpcMessage<RoleServer>,
+    legacy_session: bool,
+) -> Option<(RequestId, CallToolRequestParams)> {
+    if !legacy_session {
+        return None;
+    }
+    match msg {
+        JsonRpcMessage::Request(JsonRpcRequest {
+            id,
+            request: ClientRequest::CallToolRequest(r),
+            ..
+        }) if r.params.meta.is_none()
+            && r.params.input_responses.is_none()
+            && r.params.request_state.is_none() =>
+        {
+            Some((id.clone(), std::mem::take(&mut r.params)))
+        }
+        _ => None,
+    }
+}
+
+/// Runs a direct tool call and queues its answer, shaped as rmcp shapes it for a
+/// session before [`MODERN`].
+async fn answer_direct(
+    handler: McpHandler,
+    id: RequestId,
+    params: CallToolRequestParams,
+    out: mpsc::Sender<String>,
+) {
+    let answer: TxJsonRpcMessage<RoleServer> = match handler.call_stdio(params).await {
+        Ok(r) => {
+            let mut result = ServerResult::CallToolResult(r);
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            JsonRpcMessage::response(result, id)
+        }
+        Err(e) => JsonRpcMessage::error(e, Some(id)),
+    };
+    match serde_json::to_string(&answer) {
+        Ok(line) => {
+            let _ = out.send(line).await;
+        }
+        Err(e) => tracing::error!(error = %e, "cannot serialise a tool result"),
+    }
 }
 
 async fn read_lines<R: AsyncRead + Unpin>(
@@ -568,10 +704,14 @@ async fn read_lines<R: AsyncRead + Unpin>(
     to_rmcp: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     out: mpsc::Sender<String>,
     pending: Arc<Pending>,
+    handler: McpHandler,
 ) -> std::io::Result<()> {
     let mut r = BufReader::new(reader);
     let mut buf = Vec::new();
     let mut negotiated: Option<String> = None;
+    // Set once the client confirmed the handshake (`notifications/initialized`):
+    // from then on, tool calls of a pre-MODERN session skip rmcp's loop.
+    let mut initialized = false;
     while let Some(line) = next_line(&mut r, &mut buf).await? {
         if let Err(n) = line {
             let _ = out
@@ -630,7 +770,27 @@ async fn read_lines<R: AsyncRead + Unpin>(
             continue;
         }
         match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(text) {
-            Ok(msg) => {
+            Ok(mut msg) => {
+                // The hot path: a tool call goes straight to the handler on a task
+                // of its own (a long poll must not hold the reader), and its answer
+                // straight to the writer: no hop through rmcp's session loop and its
+                // per-answer send task.
+                let legacy = initialized && negotiated.as_deref().is_some_and(|v| v < MODERN);
+                if let Some((id, params)) = direct_call(&mut msg, legacy) {
+                    let key = serde_json::to_string(&id).unwrap_or_default();
+                    pending.add(key.clone());
+                    let (handler, out, pending) = (handler.clone(), out.clone(), pending.clone());
+                    tokio::spawn(async move {
+                        answer_direct(handler, id, params, out).await;
+                        pending.done(&key);
+                    });
+                    continue;
+                }
+                if matches!(&msg, JsonRpcMessage::Notification(_))
+                    && text.contains("notifications/initialized")
+                {
+                    initialized = true;
+                }
                 match &msg {
                     JsonRpcMessage::Request(r) => {
                         pending.add(serde_json::to_string(&r.id).unwrap_or_default())

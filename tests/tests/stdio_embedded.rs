@@ -303,6 +303,84 @@ async fn closing_stdin_after_a_cancelled_request_does_not_wait_for_it() -> Resul
     Ok(())
 }
 
+/// Tool calls skip rmcp's session loop on the embedded transport (issue #14): each
+/// runs on a task of its own, so a long poll must not hold up the calls behind it,
+/// and every answer must still be shaped as rmcp shapes it for this session.
+#[tokio::test]
+async fn a_long_poll_does_not_hold_up_the_calls_behind_it() -> Result<()> {
+    let w = world()?;
+    let (s, _api) = embedded(&w).await?;
+    let id = s
+        .prepare("note.write", json!({"text": "polled"}), "")
+        .await?
+        .proposal_id();
+    let poll = json!({"jsonrpc": "2.0", "id": 501, "method": "tools/call",
+        "params": {"name": "approval_status", "arguments": {"proposal_id": id, "wait_seconds": 8}}});
+    let quick = json!({"jsonrpc": "2.0", "id": 502, "method": "tools/call",
+        "params": {"name": "approval_status", "arguments": {"proposal_id": id}}});
+    let unknown = json!({"jsonrpc": "2.0", "id": 503, "method": "tools/call",
+        "params": {"name": "approval_approve", "arguments": {}}});
+    let started = std::time::Instant::now();
+    s.send_line(&poll).await?;
+    s.send_line(&quick).await?;
+    s.send_line(&unknown).await?;
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let line = s
+            .read_line(Duration::from_secs(6))
+            .await?
+            .context("stdout closed")?;
+        assert_ne!(
+            line["id"],
+            json!(501),
+            "the long poll answered first: {line}"
+        );
+        seen.push(line);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the calls behind a long poll waited {:?}",
+        started.elapsed()
+    );
+    let quick = seen
+        .iter()
+        .find(|l| l["id"] == json!(502))
+        .context("no 502")?;
+    assert_eq!(quick["jsonrpc"], "2.0");
+    assert_eq!(
+        quick["result"]["structuredContent"]["code"],
+        "PENDING_QUORUM"
+    );
+    // A session initialized on a revision before 2026-07-28 gets no `resultType` (rmcp strips it for legacy peers).
+    assert!(quick["result"].get("resultType").is_none(), "{quick}");
+    // The text mirror of the structured content is there, as over HTTP.
+    let text = quick["result"]["content"][0]["text"]
+        .as_str()
+        .context("no text")?;
+    assert_eq!(
+        serde_json::from_str::<Value>(text)?,
+        quick["result"]["structuredContent"]
+    );
+    // An unknown tool is a JSON-RPC error naming the tools, as rmcp's path answers it.
+    let bad = seen
+        .iter()
+        .find(|l| l["id"] == json!(503))
+        .context("no 503")?;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    // The long poll is still under way; closing stdin waits for its answer.
+    let (lines, status) = s.send_then_close(&[]).await?;
+    assert!(status.success(), "exit status {status}");
+    let polled = lines
+        .iter()
+        .find(|l| l["id"] == json!(501))
+        .with_context(|| format!("no answer to the long poll: {lines:?}"))?;
+    assert_eq!(
+        polled["result"]["structuredContent"]["code"],
+        "PENDING_QUORUM"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn embedded_stdio_with_an_agents_file_acts_as_the_tokens_agent() -> Result<()> {
     let w = world()?;
