@@ -101,7 +101,12 @@ enum Command {
         /// Where the store is: `sled:DIR` (the embedded store, the same as --data DIR)
         /// or `postgres://USER[:PASSWORD]@HOST:PORT/DATABASE`, shared by several
         /// instances (run `approval-server migrate --store URL` first).
-        #[arg(long, env = "APPROVAL_STORE", value_name = "STORE")]
+        #[arg(
+            long,
+            env = "APPROVAL_STORE",
+            hide_env_values = true,
+            value_name = "STORE"
+        )]
         store: Option<run::StoreSpec>,
         /// On PostgreSQL: seconds an execution claim stays leased without renewal. An
         /// instance that dies mid-execution leaves its claim; another instance ends it
@@ -187,7 +192,12 @@ enum Command {
     /// database whose schema is older or newer than it knows.
     Migrate {
         /// postgres://USER[:PASSWORD]@HOST:PORT/DATABASE
-        #[arg(long, env = "APPROVAL_STORE", value_name = "URL")]
+        #[arg(
+            long,
+            env = "APPROVAL_STORE",
+            hide_env_values = true,
+            value_name = "URL"
+        )]
         store: String,
     },
     /// Validate policies and keyring; exits non-zero with file:line on any error, and

@@ -65,8 +65,14 @@ impl std::str::FromStr for StoreSpec {
         match s.strip_prefix("sled:") {
             Some(dir) if !dir.is_empty() => Ok(StoreSpec::Sled(PathBuf::from(dir))),
             _ => Err(format!(
-                "{s:?} is not a store: write sled:DIR for the embedded store, or \
-                 postgres://USER[:PASSWORD]@HOST:PORT/DATABASE for PostgreSQL"
+                "{:?} is not a store: write sled:DIR for the embedded store, or \
+                 postgres://USER[:PASSWORD]@HOST:PORT/DATABASE for PostgreSQL",
+                // A mistyped scheme may still carry a password.
+                if s.contains("://") {
+                    crate::store::postgres::redact(s)
+                } else {
+                    s.to_owned()
+                }
             )),
         }
     }

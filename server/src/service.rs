@@ -1130,23 +1130,44 @@ impl Service {
     /// Returns how many.
     pub async fn sweep_leases(&self) -> Result<usize, ServiceError> {
         let expired = self.store.expired_claims(SWEEP_BATCH)?;
+        let mut ended = 0;
         for id in &expired {
-            self.transition(id, |cur, now| {
-                let Ok(life) = cur.lifecycle.crash_recovered() else { return Ok(None) };
-                let mut next = cur.with_lifecycle(life, now);
-                next.result = Some(ExecResult {
-                    outcome: Outcome::Unknown,
-                    detail: "the instance running this stopped renewing its claim (its lease expired); a human must check and resolve it (signer-cli resolve)".into(),
-                    readback_sha256: None,
-                    output: None,
-                    finished_at: now,
-                });
-                Ok(Some((next, vec![Self::event(AuditKind::Finished, cur, now, json!({"outcome": Outcome::Unknown, "why": "execution lease expired"}))])))
-            })
-            .await?;
-            tracing::warn!(%id, "execution lease expired: now OUTCOME_UNKNOWN, not re-run");
+            // One attempt, through the store's lease check: a claim renewed since
+            // `expired_claims` read it (its instance is alive, only slow) is left
+            // alone, and the next sweep looks again.
+            let cur = self.get(id)?;
+            let now = self.now();
+            let Ok(life) = cur.lifecycle.crash_recovered() else {
+                continue;
+            };
+            let mut next = cur.with_lifecycle(life, now);
+            next.result = Some(ExecResult {
+                outcome: Outcome::Unknown,
+                detail: "the instance running this stopped renewing its claim (its lease expired); a human must check and resolve it (signer-cli resolve)".into(),
+                readback_sha256: None,
+                output: None,
+                finished_at: now,
+            });
+            let events = vec![Self::event(
+                AuditKind::Finished,
+                &cur,
+                now,
+                json!({"outcome": Outcome::Unknown, "why": "execution lease expired"}),
+            )];
+            let _writing = self.commit.begin();
+            match self.store.end_expired_claim(&next, events)? {
+                Cas::Applied => {
+                    self.commit.flush().await?;
+                    self.announce(id.clone());
+                    ended += 1;
+                    tracing::warn!(%id, "execution lease expired: now OUTCOME_UNKNOWN, not re-run");
+                }
+                Cas::Conflict(_) | Cas::Missing => {
+                    tracing::info!(%id, "execution lease renewed or record changed since the sweep read it: left alone");
+                }
+            }
         }
-        Ok(expired.len())
+        Ok(ended)
     }
 
     /// A change another instance made (`None`: changes may have been missed): wakes

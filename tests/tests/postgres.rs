@@ -289,10 +289,23 @@ async fn sigkill_mid_execution_ends_outcome_unknown_by_lease_on_a_survivor() -> 
         },
     )
     .await?;
-    // The lease is renewed while A runs it: well past one lease, B leaves it alone.
+    // The lease is renewed while A runs it: well past one lease, B leaves it alone,
+    // and an instance starting now (whose start-up on sled would end every EXECUTING
+    // record) leaves A's live claim alone too.
+    let c = db.start(&w, "c", &lease)?;
+    let mcp_c = c.mcp().await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let st = mcp_b.status(&id).await?;
     assert_eq!(st.status(), "EXECUTING", "{}", st.structured);
+    let st = mcp_c.status(&id).await?;
+    assert_eq!(
+        st.status(),
+        "EXECUTING",
+        "an instance that started during the execution ended it: {}",
+        st.structured
+    );
+    drop(mcp_c);
+    drop(c);
     mcp_b
         .execute(&id, &hash)
         .await?
@@ -320,7 +333,7 @@ async fn sigkill_mid_execution_ends_outcome_unknown_by_lease_on_a_survivor() -> 
         format!("effect of {id}\n"),
         "the command ran again"
     );
-    // A restarted instance does not touch claims at start-up either.
+    // A human resolves it.
     let r = w.signer("bob", &b).resolve(&id, "succeeded").await?;
     assert_eq!(r["status"], "SUCCEEDED", "{r}");
     let ok = audit_verify(&db)?;

@@ -296,6 +296,17 @@ pub trait Store: Send + Sync + 'static {
     fn renew_lease(&self, _id: &ProposalId) -> Result<(), StoreError> {
         Ok(())
     }
+    /// Ends an EXECUTING claim whose lease ran out: [`Store::update`], but applied only
+    /// if the lease is still expired inside the same atomic write, so a renewal that
+    /// lands between the sweep's read and this write wins (then `Conflict`). A store
+    /// without leases (one process) just updates.
+    fn end_expired_claim(
+        &self,
+        new: &ProposalRecord,
+        events: Vec<AuditEvent>,
+    ) -> Result<Cas, StoreError> {
+        self.update(new, events)
+    }
     /// Up to `limit` EXECUTING records whose lease ran out (their instance died).
     fn expired_claims(&self, _limit: usize) -> Result<Vec<ProposalId>, StoreError> {
         Ok(Vec::new())

@@ -61,20 +61,52 @@ pub fn is_postgres_url(spec: &str) -> bool {
     spec.starts_with("postgres://") || spec.starts_with("postgresql://")
 }
 
-/// `url` with any password replaced by `***`, for messages and logs.
+/// `url` with any password replaced by `***`, for messages and logs: the one in the
+/// user part (wherever its `@` is: a password may hold `/`) and any `password=`
+/// parameter. A text that is not a URL at all is shown only by its scheme.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return "(not a URL)".to_owned();
     };
-    let (auth, tail) = match rest.split_once('@') {
-        Some((a, t)) if !a.contains('/') => (a, t),
-        _ => return url.to_owned(),
+    let (auth, tail) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
     };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{tail}"),
-        None => url.to_owned(),
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let q: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", q.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    match auth {
+        Some(a) => match a.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{tail}"),
+            None => format!("{scheme}://{a}@{tail}"),
+        },
+        None => format!("{scheme}://{tail}"),
     }
 }
+
+/// Session settings every connection of this store gets (also the dedicated LISTEN
+/// and leader connections), whatever the role's or database's defaults say:
+/// - `synchronous_commit=on`: a commit is on disk (and on synchronous standbys) when
+///   it returns. The execute claim is reported, and the effect run, only after its
+///   commit: with `off`, a database crash could lose a claim whose effect already
+///   ran, and the proposal would be APPROVED and executable again.
+/// - `idle_in_transaction_session_timeout`, `lock_timeout`: every write locks the one
+///   audit head; an instance frozen (or cut off) inside a transaction would otherwise
+///   hold it, and stop every instance's writes, until TCP gave up (hours). The
+///   database ends such a transaction after 5 s; a writer waits 9 s at most for the
+///   lock (a clear "unreachable, retry" then, under the call's own 10 s limit).
+const SESSION_OPTIONS: &str =
+    "-c synchronous_commit=on -c idle_in_transaction_session_timeout=5000 -c lock_timeout=9000";
 
 fn unreachable(why: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(why.to_string())
@@ -212,11 +244,24 @@ impl PgStore {
             .map_err(|e| StoreError::Backend(format!("cannot start the store's runtime: {e}")))?;
         let mut cfg = pg_config.clone();
         cfg.connect_timeout(Duration::from_secs(5));
+        // A peer that vanished without a reset (failover, partition) is noticed in
+        // seconds, not after the kernel's 15 minutes of retransmissions or 2 hours of
+        // keepalive silence: this matters most for the LISTEN and leader connections.
+        cfg.keepalives(true);
+        cfg.keepalives_idle(Duration::from_secs(10));
+        cfg.tcp_user_timeout(Duration::from_secs(15));
+        let options = match pg_config.get_options() {
+            Some(o) if !o.trim().is_empty() => format!("{o} {SESSION_OPTIONS}"),
+            _ => SESSION_OPTIONS.to_owned(),
+        };
+        cfg.options(&options);
         let mgr = Manager::from_config(
             cfg.clone(),
             NoTls,
             ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
+                // A pooled connection is checked with a round trip before reuse, so
+                // one left behind by a timed-out call is never handed out dead.
+                recycling_method: RecyclingMethod::Verified,
             },
         );
         let pool = {
@@ -821,64 +866,15 @@ impl Store for PgStore {
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
-        let (pool, rec, outbox, me) = (
-            self.pool.clone(),
-            new.clone(),
-            self.outbox_switch(),
-            self.instance.clone(),
-        );
-        let lease_ms = self.lease.as_millis() as i64;
-        let body = encode(new)?;
-        let (cas, dropped) = self.block(async move {
-            let mut c = pool.get().await.map_err(pool_err)?;
-            let tx = c.transaction().await.map_err(pg_err)?;
-            let id = rec.id().to_string();
-            // Pipelined, executed in this order: the head lock, then the row's.
-            let by_id: [Sql; 1] = [&id];
-            let (head, row) = futures::try_join!(
-                lock_head(&tx),
-                query_opt(
-                    &tx,
-                    "SELECT revision, body, status, agent FROM records WHERE id = $1 FOR UPDATE",
-                    &by_id,
-                ),
-            )?;
-            let Some(row) = row else {
-                return Ok((Cas::Missing, 0));
-            };
-            let revision: i64 = row.get(0);
-            if revision as u64 + 1 != rec.revision {
-                let cur = decode_record(&id, row.get(1))?;
-                return Ok((Cas::Conflict(Box::new(cur)), 0));
-            }
-            let executing = rec.status() == Status::Executing;
-            let (was, agent): (&str, &str) = (row.get(2), row.get(3));
-            let delta = i64::from(rec.status() == Status::Pending)
-                - i64::from(was == Status::Pending.as_str());
-            if delta != 0 {
-                move_pending(&tx, agent, delta).await?;
-            }
-            let sql = format!(
-                "UPDATE records SET status = $2, deadline = $3, revision = $4, body = $5, \
-                 lease_until = CASE WHEN $6 THEN {DB_NOW_MS} + $7 ELSE NULL END WHERE id = $1"
-            );
-            let (status, deadline, revision) = (
-                rec.status().as_str(),
-                deadline_of(&rec),
-                rec.revision as i64,
-            );
-            let row: [Sql; 7] = [
-                &id, &status, &deadline, &revision, &body, &executing, &lease_ms,
-            ];
-            let (_, dropped) = futures::try_join!(
-                exec(&tx, &sql, &row),
-                finish_write(&tx, &rec, events, head, outbox, &me),
-            )?;
-            tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;
-            Ok((Cas::Applied, dropped))
-        })?;
-        self.count_dropped(new.id(), dropped);
-        Ok(cas)
+        self.write_record(new, events, false)
+    }
+
+    fn end_expired_claim(
+        &self,
+        new: &ProposalRecord,
+        events: Vec<AuditEvent>,
+    ) -> Result<Cas, StoreError> {
+        self.write_record(new, events, true)
     }
 
     fn put_policy(
@@ -1354,6 +1350,76 @@ pub(crate) mod testdb {
     }
 }
 
+impl PgStore {
+    /// [`Store::update`], and with `only_expired_lease` [`Store::end_expired_claim`]:
+    /// the compare-and-swap on the revision (and then on the lease having run out,
+    /// read on the database clock under the row's lock) in one transaction.
+    fn write_record(
+        &self,
+        new: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        only_expired_lease: bool,
+    ) -> Result<Cas, StoreError> {
+        let (pool, rec, outbox, me) = (
+            self.pool.clone(),
+            new.clone(),
+            self.outbox_switch(),
+            self.instance.clone(),
+        );
+        let lease_ms = self.lease.as_millis() as i64;
+        let body = encode(new)?;
+        let (cas, dropped) = self.block(async move {
+            let mut c = pool.get().await.map_err(pool_err)?;
+            let tx = c.transaction().await.map_err(pg_err)?;
+            let id = rec.id().to_string();
+            // Pipelined, executed in this order: the head lock, then the row's.
+            let by_id: [Sql; 1] = [&id];
+            let select_row = format!(
+                "SELECT revision, body, status, agent, \
+                 COALESCE(lease_until < {DB_NOW_MS}, false) FROM records WHERE id = $1 FOR UPDATE"
+            );
+            let (head, row) =
+                futures::try_join!(lock_head(&tx), query_opt(&tx, &select_row, &by_id,),)?;
+            let Some(row) = row else {
+                return Ok((Cas::Missing, 0));
+            };
+            let revision: i64 = row.get(0);
+            let lease_expired: bool = row.get(4);
+            if revision as u64 + 1 != rec.revision || (only_expired_lease && !lease_expired) {
+                let cur = decode_record(&id, row.get(1))?;
+                return Ok((Cas::Conflict(Box::new(cur)), 0));
+            }
+            let executing = rec.status() == Status::Executing;
+            let (was, agent): (&str, &str) = (row.get(2), row.get(3));
+            let delta = i64::from(rec.status() == Status::Pending)
+                - i64::from(was == Status::Pending.as_str());
+            if delta != 0 {
+                move_pending(&tx, agent, delta).await?;
+            }
+            let sql = format!(
+                "UPDATE records SET status = $2, deadline = $3, revision = $4, body = $5, \
+                 lease_until = CASE WHEN $6 THEN {DB_NOW_MS} + $7 ELSE NULL END WHERE id = $1"
+            );
+            let (status, deadline, revision) = (
+                rec.status().as_str(),
+                deadline_of(&rec),
+                rec.revision as i64,
+            );
+            let row: [Sql; 7] = [
+                &id, &status, &deadline, &revision, &body, &executing, &lease_ms,
+            ];
+            let (_, dropped) = futures::try_join!(
+                exec(&tx, &sql, &row),
+                finish_write(&tx, &rec, events, head, outbox, &me),
+            )?;
+            tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;
+            Ok((Cas::Applied, dropped))
+        })?;
+        self.count_dropped(new.id(), dropped);
+        Ok(cas)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::testdb::Fresh;
@@ -1365,6 +1431,65 @@ mod tests {
         PgStore::migrate(&db.url).unwrap();
         let store = PgStore::open(&db.url).unwrap();
         contract::run(&store);
+    }
+
+    /// The sweep reads expired claims, then ends each one: a renewal landing in
+    /// between (its instance is alive, only slow) must win, so a claim whose
+    /// instance still runs it is never ended under it.
+    #[test]
+    fn a_lease_renewed_after_the_sweep_read_it_is_not_ended() {
+        let Some(db) = Fresh::new() else { return };
+        PgStore::migrate(&db.url).unwrap();
+        let store = PgStore::open(&db.url)
+            .unwrap()
+            .with_lease(Duration::from_millis(300));
+        let t0 = Timestamp::from_unix(1_800_000_000);
+        let mut rec = contract::record("p-lease", "agent1", 1_800_000_000);
+        store
+            .create(&rec, vec![], PendingLimits::default())
+            .unwrap();
+        let step = |rec: &ProposalRecord, life: Lifecycle| {
+            let mut next = rec.with_lifecycle(life, t0);
+            next.revision = rec.revision + 1;
+            next
+        };
+        let approved = rec
+            .lifecycle
+            .approve(t0, approval_core::time::Seconds::new(3600))
+            .unwrap();
+        let next = step(&rec, approved);
+        assert!(matches!(store.update(&next, vec![]).unwrap(), Cas::Applied));
+        rec = next;
+        let next = step(&rec, rec.lifecycle.claim(t0).unwrap());
+        assert!(matches!(store.update(&next, vec![]).unwrap(), Cas::Applied));
+        rec = next;
+
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(store.expired_claims(10).unwrap(), vec![rec.id().clone()]);
+        // The running instance renews now, after the sweep's read.
+        store.renew_lease(rec.id()).unwrap();
+        let ended = step(&rec, rec.lifecycle.crash_recovered().unwrap());
+        assert!(
+            matches!(
+                store.end_expired_claim(&ended, vec![]).unwrap(),
+                Cas::Conflict(_)
+            ),
+            "a renewed claim was ended"
+        );
+        assert_eq!(
+            store.get(rec.id()).unwrap().unwrap().status(),
+            Status::Executing
+        );
+        // Its instance dies: no more renewals, and the next sweep ends it.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(matches!(
+            store.end_expired_claim(&ended, vec![]).unwrap(),
+            Cas::Applied
+        ));
+        assert_eq!(
+            store.get(rec.id()).unwrap().unwrap().status(),
+            Status::OutcomeUnknown
+        );
     }
 
     #[test]
@@ -1509,5 +1634,16 @@ mod tests {
             "postgres://u:***@h:5432/db"
         );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        // A password holding `/` (base64) or `@`, and one given as a parameter.
+        assert_eq!(
+            redact("postgres://u:ab/c+d=@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("postgres://h/db?user=u&password=s3cret&sslmode=disable"),
+            "postgres://h/db?user=u&password=***&sslmode=disable"
+        );
+        assert_eq!(redact("u:secret"), "(not a URL)");
     }
 }
