@@ -147,8 +147,12 @@ pub fn check_plain(line: &str) -> Result<()> {
 #[derive(Clone)]
 pub struct Http {
     client: reqwest::Client,
-    mcp_url: String,
-    api_url: String,
+    /// One `/mcp` URL per server instance; calls go round robin.
+    mcp_urls: std::sync::Arc<Vec<String>>,
+    /// One approver API base URL per instance, in the same order.
+    api_urls: std::sync::Arc<Vec<String>>,
+    /// Picks the instance of the next request.
+    turn: std::sync::Arc<AtomicU64>,
     ids: std::sync::Arc<AtomicU64>,
     /// The server's id from `/healthz`, read once: signed reads cover it.
     server_id: std::sync::Arc<tokio::sync::OnceCell<approval_core::ServerId>>,
@@ -169,13 +173,27 @@ pub fn pool(max_idle: usize) -> Result<reqwest::Client> {
 impl Http {
     /// Clients of one server.
     pub fn new(client: reqwest::Client, mcp_url: &str, api_url: &str) -> Self {
+        Self::spread(client, vec![mcp_url.to_owned()], vec![api_url.to_owned()])
+    }
+
+    /// Requests spread round robin over several instances of one deployment (one
+    /// store, one `server_id`): `mcp_urls[i]` and `api_urls[i]` are instance `i`.
+    pub fn spread(client: reqwest::Client, mcp_urls: Vec<String>, api_urls: Vec<String>) -> Self {
         Self {
             client,
-            mcp_url: mcp_url.to_owned(),
-            api_url: api_url.to_owned(),
+            mcp_urls: std::sync::Arc::new(mcp_urls),
+            api_urls: std::sync::Arc::new(api_urls),
+            turn: std::sync::Arc::new(AtomicU64::new(0)),
             ids: std::sync::Arc::new(AtomicU64::new(1)),
             server_id: Default::default(),
         }
+    }
+
+    /// The instance for the next request: `(mcp_url, api_url)`.
+    fn next(&self) -> (&str, &str) {
+        let n = self.mcp_urls.len().max(1) as u64;
+        let i = (self.turn.fetch_add(1, Ordering::Relaxed) % n) as usize;
+        (&self.mcp_urls[i], &self.api_urls[i])
     }
 
     /// `tools/call`.
@@ -186,7 +204,7 @@ impl Http {
         .to_string();
         let r = self
             .client
-            .post(&self.mcp_url)
+            .post(self.next().0)
             .header("Content-Type", "application/json")
             .header("Accept", "application/json, text/event-stream")
             .header("MCP-Protocol-Version", PROTOCOL_VERSION)
@@ -257,7 +275,7 @@ impl Http {
         }
         let r = self
             .client
-            .post(format!("{}/v1/proposals/{id}/decisions", self.api_url))
+            .post(format!("{}/v1/proposals/{id}/decisions", self.next().1))
             .header("Content-Type", "application/json")
             .body(body)
             .send()
@@ -286,7 +304,7 @@ impl Http {
             .get_or_try_init(|| async {
                 let v: serde_json::Value = self
                     .client
-                    .get(format!("{}/healthz", self.api_url))
+                    .get(format!("{}/healthz", self.api_urls[0]))
                     .send()
                     .await?
                     .json()
@@ -306,7 +324,7 @@ impl Http {
         );
         let r = self
             .client
-            .get(format!("{}{path_and_query}", self.api_url))
+            .get(format!("{}{path_and_query}", self.next().1))
             .header("Authorization", auth)
             .send()
             .await?;

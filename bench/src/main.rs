@@ -86,6 +86,11 @@ struct Cli {
     /// server's default admission limit (10,000 pending per agent).
     #[arg(long, allow_hyphen_values = true)]
     server_arg: Vec<String>,
+    /// Instances of the server for status, prepare, decide and round-trip, with the
+    /// same arguments, clients spread round robin over them. They must share a store:
+    /// `--server-arg=--store --server-arg=postgres://...`. CPU and RSS are the first's.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
     /// Run the server with its default pending limits.
     #[arg(long)]
     keep_server_limits: bool,
@@ -117,6 +122,7 @@ impl Cli {
             fill_time: self.fill_time,
             fill_clients: self.fill_clients.clamp(1, 4096),
             server_args: self.server_arg.clone(),
+            instances: self.instances.clamp(1, 8),
             // Our prepare pair must stay under the default 10,000 pending per agent.
             peers_n: self.peers_n.clamp(1, 9_000),
             rounds: self.rounds.clamp(1, 50),

@@ -38,6 +38,10 @@ pub struct Settings {
     pub fill_clients: usize,
     /// Extra arguments for `approval-server serve`.
     pub server_args: Vec<String>,
+    /// Instances started for status, prepare, decide and round-trip, all with the
+    /// same arguments (so they must share a store: `--store postgres://...`); the
+    /// clients' requests go round robin over them.
+    pub instances: usize,
     /// Timed calls per run in `peers` (after 50 warm-up calls).
     pub peers_n: usize,
     /// Alternating rounds in `peers` and `http-pair`.
@@ -156,6 +160,24 @@ fn finish_report(report: &mut ScenarioReport, server: &Server, world: &World) {
     report.store_bytes = Some(disk_usage(&world.data()));
 }
 
+/// The scenario's server and, with `--instances N`, `N - 1` more on the same
+/// arguments. Resources (CPU, RSS) are reported for the first one.
+fn start_instances(world: &World, s: &Settings) -> Result<(Server, Vec<Server>)> {
+    let first = world.start(&s.server_bin, &s.server_args)?;
+    let mut more = Vec::new();
+    for _ in 1..s.instances.max(1) {
+        more.push(world.start(&s.server_bin, &s.server_args)?);
+    }
+    Ok((first, more))
+}
+
+/// Clients spread over `first` and `more`.
+fn http_for_all(first: &Server, more: &[Server], clients: usize) -> Result<Http> {
+    let all = std::iter::once(first).chain(more.iter());
+    let (mcp, api) = all.map(|v| (v.mcp_url.clone(), v.api_url.clone())).unzip();
+    Ok(Http::spread(client::pool(clients.max(1) * 2)?, mcp, api))
+}
+
 fn http_for(server: &Server, clients: usize) -> Result<Http> {
     Ok(Http::new(
         client::pool(clients.max(1) * 2)?,
@@ -203,8 +225,8 @@ async fn prefill(http: &Http, n: usize, clients: usize) -> Result<Vec<(String, S
 /// `approval_status` on pending proposals, `clients` at a time.
 pub async fn status(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin, &s.server_args)?;
-    let http = http_for(&server, s.clients)?;
+    let (server, more) = start_instances(&world, s)?;
+    let http = http_for_all(&server, &more, s.clients)?;
     let ids: Arc<Vec<String>> = Arc::new(
         prefill(&http, (s.clients * 4).max(16), s.clients)
             .await?
@@ -300,8 +322,8 @@ pub async fn status_load(
 /// Durable `approval_prepare`, `clients` at a time.
 pub async fn prepare(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin, &s.server_args)?;
-    let http = http_for(&server, s.clients)?;
+    let (server, more) = start_instances(&world, s)?;
+    let http = http_for_all(&server, &more, s.clients)?;
     prefill(&http, 4, 1).await?; // warm-up
     let mut report = ScenarioReport {
         name: "prepare".into(),
@@ -346,8 +368,8 @@ pub async fn prepare(s: &Settings) -> Result<ScenarioReport> {
 /// (stays PENDING) and its second (reaches quorum), signed before the clock starts.
 pub async fn decide(s: &Settings) -> Result<ScenarioReport> {
     let world = World::new()?;
-    let server = world.start(&s.server_bin, &s.server_args)?;
-    let http = http_for(&server, s.clients)?;
+    let (server, more) = start_instances(&world, s)?;
+    let http = http_for_all(&server, &more, s.clients)?;
     let pool = if s.smoke {
         300
     } else {
@@ -438,8 +460,8 @@ pub async fn decide(s: &Settings) -> Result<ScenarioReport> {
 /// The whole life of a proposal per iteration: prepare, two signed approvals, execute.
 pub async fn round_trip(s: &Settings) -> Result<ScenarioReport> {
     let world = Arc::new(World::new()?);
-    let server = world.start(&s.server_bin, &s.server_args)?;
-    let http = http_for(&server, s.clients)?;
+    let (server, more) = start_instances(&world, s)?;
+    let http = http_for_all(&server, &more, s.clients)?;
     prefill(&http, 4, 1).await?; // warm-up
     let mut report = ScenarioReport {
         name: "round-trip".into(),
