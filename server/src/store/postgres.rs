@@ -94,6 +94,122 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// How this store's connections reach PostgreSQL, chosen by the URL's `sslmode`.
+#[derive(Clone)]
+pub enum Tls {
+    /// Plain TCP (`sslmode` absent or `disable`): only for a database on the same host
+    /// or on a network that only the gate's hosts reach.
+    Plain,
+    /// TLS, the server's certificate verified (chain and host name) against the URL's
+    /// `sslrootcert=FILE`, or else the system's roots.
+    Verified(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+/// Reads a store URL: the driver's configuration and how to connect.
+///
+/// `sslmode=require`, `verify-ca` and `verify-full` all mean TLS with the certificate
+/// and host name verified (stricter than libpq's `require`, which checks nothing: the
+/// server's signing key crosses this connection). `prefer` is refused: a connection
+/// that silently falls back to plain TCP is not one a security product should offer.
+/// `sslrootcert` is taken out before the driver reads the URL (it does not know it).
+pub fn parse_url(url: &str) -> Result<(tokio_postgres::Config, Tls), StoreError> {
+    let bad = |why: String| {
+        StoreError::Layout(format!(
+            "the store URL {} {why}: write postgres://USER[:PASSWORD]@HOST:PORT/DATABASE\
+             [?sslmode=verify-full&sslrootcert=CA.pem]",
+            redact(url)
+        ))
+    };
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let (mut mode, mut root, mut kept) = (None, None, Vec::new());
+    for kv in query.into_iter().flat_map(|q| q.split('&')) {
+        match kv.split_once('=') {
+            Some(("sslmode", v)) => mode = Some(v.to_owned()),
+            Some(("sslrootcert", v)) => root = Some(v.to_owned()),
+            _ => kept.push(kv),
+        }
+    }
+    let verified = match mode.as_deref() {
+        None | Some("disable") => false,
+        Some("require" | "verify-ca" | "verify-full") => true,
+        Some("prefer" | "allow") => {
+            return Err(bad(format!(
+                "asks for sslmode={}, which falls back to plain TCP without saying so; \
+                 use sslmode=verify-full (TLS, certificate checked) or sslmode=disable",
+                mode.as_deref().unwrap_or("")
+            )))
+        }
+        Some(other) => return Err(bad(format!("has an unknown sslmode {other:?}"))),
+    };
+    if verified {
+        kept.push("sslmode=require");
+    } else if root.is_some() {
+        return Err(bad("names an sslrootcert but no sslmode=verify-full".into()));
+    }
+    let rest = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    let cfg: tokio_postgres::Config = rest
+        .parse()
+        .map_err(|e| bad(format!("is not a PostgreSQL URL ({e})")))?;
+    if !verified {
+        return Ok((cfg, Tls::Plain));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    match &root {
+        Some(path) => {
+            use rustls::pki_types::pem::PemObject;
+            let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| {
+                    bad(format!(
+                        "names sslrootcert {path:?}, which cannot be read ({e})"
+                    ))
+                })?
+                .collect::<Result<_, _>>()
+                .map_err(|e| {
+                    bad(format!(
+                        "names sslrootcert {path:?}, which is not PEM ({e})"
+                    ))
+                })?;
+            if certs.is_empty() {
+                return Err(bad(format!(
+                    "names sslrootcert {path:?}, which holds no certificate"
+                )));
+            }
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| bad(format!("names sslrootcert {path:?}: {e}")))?;
+            }
+        }
+        None => {
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+            if roots.is_empty() {
+                return Err(bad(
+                    "asks for TLS but this system has no root certificates: give sslrootcert=CA.pem"
+                        .into(),
+                ));
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::Backend(format!("TLS set-up: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok((
+        cfg,
+        Tls::Verified(tokio_postgres_rustls::MakeRustlsConnect::new(config)),
+    ))
+}
 /// Session settings every connection of this store gets (also the dedicated LISTEN
 /// and leader connections), whatever the role's or database's defaults say:
 /// - `synchronous_commit=on`: a commit is on disk (and on synchronous standbys) when
@@ -130,7 +246,17 @@ fn pg_err(e: tokio_postgres::Error) -> StoreError {
             db.message(),
             db.code().code()
         )),
-        None => unreachable(e),
+        // The driver's own text is terse ("error performing TLS handshake"): the
+        // causes say what to fix (a certificate for another name, an unknown issuer).
+        None => {
+            let mut why = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                why.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            unreachable(why)
+        }
     }
 }
 
@@ -202,6 +328,8 @@ pub struct PgStore {
     rt: Option<tokio::runtime::Runtime>,
     pool: Pool,
     pg_config: tokio_postgres::Config,
+    /// Plain TCP or verified TLS, for every connection (pooled and dedicated).
+    tls: Tls,
     server_id: ServerId,
     /// Tells this instance's own NOTIFYs from others'.
     instance: String,
@@ -230,12 +358,7 @@ impl PgStore {
     /// was never migrated, or was migrated by an older or newer build, saying which
     /// command to run.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        let pg_config: tokio_postgres::Config = url.parse().map_err(|e| {
-            StoreError::Layout(format!(
-                "the store URL {} is not a PostgreSQL URL ({e}): write postgres://USER[:PASSWORD]@HOST:PORT/DATABASE",
-                redact(url)
-            ))
-        })?;
+        let (pg_config, tls) = parse_url(url)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("pg-store")
@@ -255,15 +378,15 @@ impl PgStore {
             _ => SESSION_OPTIONS.to_owned(),
         };
         cfg.options(&options);
-        let mgr = Manager::from_config(
-            cfg.clone(),
-            NoTls,
-            ManagerConfig {
-                // A pooled connection is checked with a round trip before reuse, so
-                // one left behind by a timed-out call is never handed out dead.
-                recycling_method: RecyclingMethod::Verified,
-            },
-        );
+        let manager_config = || ManagerConfig {
+            // A pooled connection is checked with a round trip before reuse, so one
+            // left behind by a timed-out call is never handed out dead.
+            recycling_method: RecyclingMethod::Verified,
+        };
+        let mgr = match &tls {
+            Tls::Plain => Manager::from_config(cfg.clone(), NoTls, manager_config()),
+            Tls::Verified(m) => Manager::from_config(cfg.clone(), m.clone(), manager_config()),
+        };
         let pool = {
             let _enter = rt.enter();
             Pool::builder(mgr)
@@ -282,6 +405,7 @@ impl PgStore {
             rt: Some(rt),
             pool,
             pg_config: cfg,
+            tls,
             server_id: ServerId::parse("srv-unset")
                 .map_err(|e| StoreError::Backend(e.to_string()))?,
             instance: hex::encode(inst),
@@ -368,8 +492,9 @@ impl PgStore {
     /// an outage; after a reconnect it sends `None` (events may have been missed:
     /// every waiter re-reads).
     fn listen(&self) {
-        let (cfg, events, me) = (
+        let (cfg, tls, events, me) = (
             self.pg_config.clone(),
+            self.tls.clone(),
             self.events.clone(),
             self.instance.clone(),
         );
@@ -377,7 +502,7 @@ impl PgStore {
         rt.spawn(async move {
             let mut first = true;
             loop {
-                match listen_once(&cfg, &events, &me, first).await {
+                match listen_once(&cfg, &tls, &events, &me, first).await {
                     Ok(()) => {}
                     Err(e) => tracing::warn!(error = %e, "PostgreSQL event listener lost its connection; reconnecting"),
                 }
@@ -391,12 +516,7 @@ impl PgStore {
     /// database's, each in one transaction with its `schema_migrations` row, under an
     /// advisory lock so that two migrators never race. Returns (from, to) versions.
     pub fn migrate(url: &str) -> Result<(i32, i32), StoreError> {
-        let cfg: tokio_postgres::Config = url.parse().map_err(|e| {
-            StoreError::Layout(format!(
-                "the store URL {} is not a PostgreSQL URL ({e})",
-                redact(url)
-            ))
-        })?;
+        let (cfg, tls) = parse_url(url)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -404,28 +524,77 @@ impl PgStore {
         let display = redact(url);
         // Run on a thread of its own: the caller may be inside another runtime.
         std::thread::scope(|s| {
-            s.spawn(|| rt.block_on(migrate_async(cfg, display)))
+            s.spawn(|| rt.block_on(migrate_async(cfg, tls, display)))
                 .join()
                 .unwrap_or_else(|_| Err(StoreError::Backend("the migrator panicked".into())))
         })
     }
 }
 
-async fn connect(cfg: &tokio_postgres::Config) -> Result<tokio_postgres::Client, StoreError> {
-    let (client, conn) = cfg.connect(NoTls).await.map_err(pg_err)?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "PostgreSQL connection ended");
+async fn connect(
+    cfg: &tokio_postgres::Config,
+    tls: &Tls,
+) -> Result<tokio_postgres::Client, StoreError> {
+    fn drive<F>(conn: F)
+    where
+        F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+    {
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "PostgreSQL connection ended");
+            }
+        });
+    }
+    match tls {
+        Tls::Plain => {
+            let (client, conn) = cfg.connect(NoTls).await.map_err(pg_err)?;
+            drive(conn);
+            Ok(client)
         }
-    });
-    Ok(client)
+        Tls::Verified(m) => {
+            let (client, conn) = cfg.connect(m.clone()).await.map_err(pg_err)?;
+            drive(conn);
+            Ok(client)
+        }
+    }
+}
+
+/// Forwards the notifications of `conn` (a LISTENing connection) to `tx` until it ends.
+fn pump_notifications<S, T>(
+    mut conn: tokio_postgres::Connection<S, T>,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+) -> tokio::task::JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use futures::StreamExt;
+    let stream = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(m) = stream.next().await {
+            match m {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                    if tx.send(n.payload().to_owned()).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "listener connection failed");
+                    return;
+                }
+            }
+        }
+    })
 }
 
 async fn migrate_async(
     cfg: tokio_postgres::Config,
+    tls: Tls,
     display: String,
 ) -> Result<(i32, i32), StoreError> {
-    let mut client = connect(&cfg).await?;
+    let mut client = connect(&cfg, &tls).await?;
     client
         .execute(
             &format!("SELECT pg_advisory_lock({LOCK_KEY})"),
@@ -516,31 +685,22 @@ async fn meta_insert_get(pool: &Pool, k: &str, v: &str) -> Result<String, StoreE
 
 async fn listen_once(
     cfg: &tokio_postgres::Config,
+    tls: &Tls,
     events: &tokio::sync::broadcast::Sender<Option<ProposalId>>,
     me: &str,
     first: bool,
 ) -> Result<(), StoreError> {
-    use futures::StreamExt;
-    let (client, mut conn) = cfg.connect(NoTls).await.map_err(pg_err)?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let stream = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-    let pump = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(m) = stream.next().await {
-            match m {
-                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                    if tx.send(n.payload().to_owned()).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "listener connection failed");
-                    return;
-                }
-            }
+    let (client, pump) = match tls {
+        Tls::Plain => {
+            let (client, conn) = cfg.connect(NoTls).await.map_err(pg_err)?;
+            (client, pump_notifications(conn, tx))
         }
-    });
+        Tls::Verified(m) => {
+            let (client, conn) = cfg.connect(m.clone()).await.map_err(pg_err)?;
+            (client, pump_notifications(conn, tx))
+        }
+    };
     client
         .batch_execute(&format!("LISTEN {CHANNEL}"))
         .await
@@ -1232,7 +1392,12 @@ impl Store for PgStore {
     }
 
     fn try_lead(&self, task: &str) -> bool {
-        let (leads, cfg, task) = (self.leads.clone(), self.pg_config.clone(), task.to_owned());
+        let (leads, cfg, tls, task) = (
+            self.leads.clone(),
+            self.pg_config.clone(),
+            self.tls.clone(),
+            task.to_owned(),
+        );
         let r = self.block(async move {
             let mut leads = leads.lock().await;
             if let Some(c) = leads.get(&task) {
@@ -1242,7 +1407,7 @@ impl Store for PgStore {
                 }
                 leads.remove(&task);
             }
-            let c = connect(&cfg).await?;
+            let c = connect(&cfg, &tls).await?;
             let got: bool = c
                 .query_one(
                     &format!("SELECT pg_try_advisory_lock({LOCK_KEY})"),
@@ -1337,9 +1502,8 @@ pub(crate) mod testdb {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let cfg: tokio_postgres::Config =
-                    url.parse().expect("APPROVAL_TEST_DATABASE_URL parses");
-                let c = connect(&cfg).await.unwrap_or_else(|e| {
+                let (cfg, tls) = parse_url(&url).expect("APPROVAL_TEST_DATABASE_URL parses");
+                let c = connect(&cfg, &tls).await.unwrap_or_else(|e| {
                     panic!("APPROVAL_TEST_DATABASE_URL={url} is set but cannot be reached: {e}")
                 });
                 c.batch_execute(&sql).await.unwrap();
@@ -1490,6 +1654,122 @@ mod tests {
             store.get(rec.id()).unwrap().unwrap().status(),
             Status::OutcomeUnknown
         );
+    }
+
+    /// `sslmode` is read strictly: no silent fall-back to plain TCP, no CA file
+    /// without TLS, and a CA file that cannot be used is named.
+    #[test]
+    fn store_urls_choose_tls_strictly() {
+        let plain = |u: &str| matches!(parse_url(u), Ok((_, Tls::Plain)));
+        assert!(plain("postgres://u@h/db"));
+        assert!(plain(
+            "postgres://u@h/db?sslmode=disable&application_name=x"
+        ));
+        for (url, says) in [
+            (
+                "postgres://u@h/db?sslmode=prefer",
+                "falls back to plain TCP",
+            ),
+            ("postgres://u@h/db?sslmode=allow", "falls back to plain TCP"),
+            ("postgres://u@h/db?sslmode=bogus", "unknown sslmode"),
+            (
+                "postgres://u@h/db?sslrootcert=/x.pem",
+                "no sslmode=verify-full",
+            ),
+            (
+                "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+                "/nonexistent/ca.pem",
+            ),
+        ] {
+            let err = parse_url(url)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(says), "{url}: {err}");
+            assert!(!err.contains("pw@"), "the password leaked: {err}");
+        }
+    }
+
+    /// TLS to the machine's PostgreSQL (Debian's default cluster: `ssl = on` with the
+    /// snakeoil certificate, issued for `localhost`): with that certificate as
+    /// `sslrootcert` the store connects and the session is encrypted; the same
+    /// certificate under another host name, or without the CA file, is refused.
+    #[test]
+    fn tls_to_postgres_verifies_the_certificate_and_its_name() {
+        let Some(db) = Fresh::new() else { return };
+        const SNAKEOIL: &str = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+        let ssl_on = run_query(&db.url, "SHOW ssl").as_deref() == Ok("on");
+        if !ssl_on || !std::path::Path::new(SNAKEOIL).exists() {
+            println!("TLS to PostgreSQL not tested: this database has ssl off or no {SNAKEOIL}");
+            return;
+        }
+        PgStore::migrate(&db.url).unwrap();
+        let host = "127.0.0.1";
+        assert!(
+            db.url.contains(host),
+            "the test URL names {host}: {}",
+            db.url
+        );
+        let by_name = db.url.replacen(host, "localhost", 1);
+        let tls = format!("{by_name}&sslmode=verify-full&sslrootcert={SNAKEOIL}");
+        let store = PgStore::open(&tls).unwrap();
+        assert!(store.pending_count(None).is_ok());
+        assert_eq!(
+            run_query(
+                &tls,
+                "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+            )
+            .as_deref(),
+            Ok("true"),
+            "the session is not encrypted"
+        );
+        // The right CA under the wrong name; and another CA (any other one the system
+        // has) for the right name.
+        let mut refused = vec![format!(
+            "{}&sslmode=verify-full&sslrootcert={SNAKEOIL}",
+            db.url
+        )];
+        let other_ca = std::fs::read_dir("/etc/ssl/certs")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pem"))
+            .find(|p| !p.ends_with("ssl-cert-snakeoil.pem"));
+        if let Some(ca) = other_ca {
+            refused.push(format!(
+                "{by_name}&sslmode=verify-full&sslrootcert={}",
+                ca.display()
+            ));
+        }
+        for url in refused {
+            let err = run_query(&url, "SELECT 'connected'")
+                .err()
+                .unwrap_or_default();
+            assert!(
+                err.to_lowercase().contains("certificate"),
+                "{url}: expected a certificate error, got {err:?}"
+            );
+        }
+    }
+
+    /// One query's first column as text, on a connection made as the store makes them.
+    fn run_query(url: &str, sql: &str) -> Result<String, String> {
+        let (url, sql) = (url.to_owned(), sql.to_owned());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let (cfg, tls) = parse_url(&url).map_err(|e| e.to_string())?;
+                let c = connect(&cfg, &tls).await.map_err(|e| e.to_string())?;
+                let row = c.query_one(&sql, &[]).await.map_err(|e| e.to_string())?;
+                row.try_get::<_, String>(0).map_err(|e| e.to_string())
+            })
+        })
+        .join()
+        .unwrap()
     }
 
     #[test]
