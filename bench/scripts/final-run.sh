@@ -1,6 +1,6 @@
 #!/bin/bash
 # The final build's run for BENCHMARKS.md: round 3's figures on sled, then PostgreSQL with 1 and 2 instances.
-cd /work/main
+cd "$(dirname "$0")/../.."
 B=target/release/approval-bench
 echo "== uptime before: $(uptime)"; echo "== commit $(git rev-parse --short HEAD)"; date -u
 $B --scenario peers
