@@ -72,6 +72,26 @@ impl Default for PendingLimits {
     }
 }
 
+impl PendingLimits {
+    /// The admission rule, one copy for every backend: `mine` and `total` are the
+    /// PENDING counts *with* the new proposal; over either limit the write is refused.
+    pub fn admit(&self, agent: &str, mine: u64, total: u64) -> Result<(), StoreError> {
+        if mine > self.per_agent {
+            return Err(StoreError::Full(format!(
+                "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
+                self.per_agent
+            )));
+        }
+        if total > self.total {
+            return Err(StoreError::Full(format!(
+                "the server holds {} pending proposals, its limit: try again after approvers catch up",
+                self.total
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl From<::sled::Error> for StoreError {
     fn from(e: ::sled::Error) -> Self {
         StoreError::Backend(e.to_string())

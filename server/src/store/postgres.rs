@@ -278,31 +278,26 @@ fn encode<T: Serialize>(v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Backend(format!("cannot encode: {e}")))
 }
 
-fn decode_record(id: &str, body: &str) -> Result<ProposalRecord, StoreError> {
-    let rec: ProposalRecord = serde_json::from_str(body).map_err(|e| corrupt(id, e))?;
-    if rec.schema != SCHEMA_VERSION {
+/// Refuses a stored body written by a build with another record schema.
+fn check_schema(id: &str, schema: u32) -> Result<(), StoreError> {
+    if schema != SCHEMA_VERSION {
         return Err(corrupt(
             id,
-            format!(
-                "schema version {} is not supported by this build",
-                rec.schema
-            ),
+            format!("schema version {schema} is not supported by this build"),
         ));
     }
+    Ok(())
+}
+
+fn decode_record(id: &str, body: &str) -> Result<ProposalRecord, StoreError> {
+    let rec: ProposalRecord = serde_json::from_str(body).map_err(|e| corrupt(id, e))?;
+    check_schema(id, rec.schema)?;
     Ok(rec)
 }
 
 fn decode_head(id: &str, body: &str) -> Result<RecordHead, StoreError> {
     let head: RecordHead = serde_json::from_str(body).map_err(|e| corrupt(id, e))?;
-    if head.schema != SCHEMA_VERSION {
-        return Err(corrupt(
-            id,
-            format!(
-                "schema version {} is not supported by this build",
-                head.schema
-            ),
-        ));
-    }
+    check_schema(id, head.schema)?;
     Ok(head)
 }
 
@@ -990,18 +985,7 @@ impl Store for PgStore {
             if rec.status() == Status::Pending {
                 // Counted up first; a refusal rolls the transaction (and them) back.
                 let (mine, total) = move_pending(&tx, &agent, 1).await?;
-                if mine > limits.per_agent {
-                    return Err(StoreError::Full(format!(
-                        "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
-                        limits.per_agent
-                    )));
-                }
-                if total > limits.total {
-                    return Err(StoreError::Full(format!(
-                        "the server holds {} pending proposals, its limit: try again after approvers catch up",
-                        limits.total
-                    )));
-                }
+                limits.admit(&agent, mine, total)?;
             }
             let (status, created, deadline, revision) = (
                 rec.status().as_str(),

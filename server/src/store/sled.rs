@@ -508,18 +508,7 @@ impl Store for SledStore {
         }
         let counters = if rec.status() == Status::Pending {
             let (mine, total) = Self::move_pending(&w, &mut batch, agent.as_str(), 1);
-            if mine > limits.per_agent {
-                return Err(StoreError::Full(format!(
-                    "agent {agent} already has {} pending proposals: wait for decisions or withdraw some",
-                    limits.per_agent
-                )));
-            }
-            if total > limits.total {
-                return Err(StoreError::Full(format!(
-                    "the server holds {} pending proposals, its limit: try again after approvers catch up",
-                    limits.total
-                )));
-            }
+            limits.admit(agent.as_str(), mine, total)?;
             Some((mine, total))
         } else {
             None
