@@ -68,7 +68,12 @@ impl Queue {
         // with the notify below.
         drop(queue);
 
-        self.cv.notify_all();
+        // PATCH (vendor/sled/PATCHES.md §5): one job wakes one waiting thread.
+        // Unpatched this was `notify_all`, so every job woke every idle pool thread
+        // (seven or more) to race for it; all but one went back to sleep, and under
+        // a steady write load those wake-ups were a large share of the CPU. A thread
+        // that is busy picks up queued jobs with `try_recv` when it finishes.
+        self.cv.notify_one();
 
         len
     }

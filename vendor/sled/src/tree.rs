@@ -391,7 +391,7 @@ impl Tree {
                 match self.insert_inner(&k, v_opt.clone(), guard) {
                     Ok(Ok(_)) => break,
                     Ok(Err(_conflict)) => continue,
-                    // PATCH (vendor/sled/PATCHES.md §2): a write of the batch failed
+                    // PATCH (vendor/sled/PATCHES.md §4): a write of the batch failed
                     // after earlier ones were logged. Unpatched, the dropped peg
                     // marked the manifest Canceled, so recovery replayed whatever
                     // part of the batch had reached the disk: a torn batch.

@@ -933,7 +933,14 @@ pub(in crate::pagecache) fn make_stable_inner(
             // nothing to write, don't bother sealing
             // current IO buffer.
         } else {
-            maybe_seal_and_write_iobuf(iobufs, &iobuf, header, false)?;
+            // PATCH (PATCHES.md §5): a full flush writes the buffer itself.
+            seal_and_write_iobuf(
+                iobufs,
+                &iobuf,
+                header,
+                false,
+                !partial_durability,
+            )?;
             stable = iobufs.stable();
             // NB we have to continue here to possibly clear
             // the next io buffer, which may have dirty
@@ -1009,8 +1016,18 @@ pub(in crate::pagecache) fn make_stable_inner(
 /// to flush some pending writes. Returns the number
 /// of bytes written during this call.
 pub(in crate::pagecache) fn flush(iobufs: &Arc<IoBufs>) -> Result<usize> {
-    let _cc = concurrency_control::read();
-    let max_reserved_lsn = iobufs.max_reserved_lsn.load(Acquire);
+    // PATCH (vendor/sled/PATCHES.md §5): the concurrency-control read guard is
+    // held only while the target LSN is read (so it covers whole batches: a batch
+    // holds the write side), not across the wait for the disk. Unpatched, the
+    // guard was held through the whole flush, so every `apply_batch` waited for
+    // the fsync in progress, and every reader queued behind that waiting writer
+    // (the lock is fair). What this flush must make durable is fixed by the LSN
+    // it read; a batch applied during the wait is recovered whole or not at all
+    // through its own manifest, and is made durable by the next flush.
+    let max_reserved_lsn = {
+        let _cc = concurrency_control::read();
+        iobufs.max_reserved_lsn.load(Acquire)
+    };
     make_stable(iobufs, max_reserved_lsn)
 }
 
@@ -1022,6 +1039,23 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     iobuf: &Arc<IoBuf>,
     header: Header,
     from_reserve: bool,
+) -> Result<()> {
+    seal_and_write_iobuf(iobufs, iobuf, header, from_reserve, false)
+}
+
+/// PATCH (vendor/sled/PATCHES.md §5): as `maybe_seal_and_write_iobuf`, but
+/// when `write_here` is set and this call is the one that must write the
+/// buffer, it writes it on the calling thread instead of handing it to the
+/// I/O pool. `make_stable` passes it: its caller is about to block until that
+/// very write is on disk, so the hand-off only added a pool wake-up and a
+/// condvar wake-up to every flush. A caller that holds no lock (a flush) can
+/// do the write itself with nothing to wait for.
+fn seal_and_write_iobuf(
+    iobufs: &Arc<IoBufs>,
+    iobuf: &Arc<IoBuf>,
+    header: Header,
+    from_reserve: bool,
+    write_here: bool,
 ) -> Result<()> {
     if header::is_sealed(header) {
         // this buffer is already sealed. nothing to do here.
@@ -1178,6 +1212,21 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
             "asynchronously writing iobuf with lsn {} to log from maybe_seal",
             lsn
         );
+        if write_here {
+            return iobufs.write_to_log(iobuf).map_err(|e| {
+                error!(
+                    "hit error while writing iobuf with lsn {}: {:?}",
+                    lsn, e
+                );
+                iobufs.config.set_global_error(e.clone());
+                let intervals = iobufs.intervals.lock();
+                // having held the mutex makes this linearized
+                // with the notify below.
+                drop(intervals);
+                let _notified = iobufs.interval_updated.notify_all();
+                e
+            });
+        }
         let iobufs = iobufs.clone();
         let iobuf = iobuf.clone();
         let _result = threadpool::spawn(move || {

@@ -432,7 +432,7 @@ impl<'a> RecoveryGuard<'a> {
         self.batch_res.mark_writebatch(max_reserved).map(|_| ())
     }
 
-    /// PATCH (vendor/sled/PATCHES.md §2): the batch failed part-way. Its
+    /// PATCH (vendor/sled/PATCHES.md §4): the batch failed part-way. Its
     /// manifest names an LSN that can never be stable, so recovery stops at
     /// the manifest and replays none of the batch (nor anything after it);
     /// then `error` becomes the Db's global error, so no later write, flush or
