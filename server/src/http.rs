@@ -260,6 +260,17 @@ async fn exact_json(
 /// The deepest nesting of arrays and objects serde_json (inside rmcp) accepts.
 pub const MAX_REQUEST_NESTING: usize = 127;
 
+/// How many arrays and objects deep `v` goes. Bounded by the parser's own depth
+/// limit, so the recursion is too. Allocates nothing: every request is measured,
+/// and only one nested too deep pays for its pointer ([`nesting`]).
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Finds the deepest array or object: `(levels, pointer)`. Bounded by the parser's
 /// own depth limit, so the recursion is too.
 fn nesting(v: &Value, ptr: &mut String, depth: usize, deepest: &mut (usize, String)) {
@@ -296,7 +307,9 @@ pub(crate) fn check_request(text: &str, modern: bool) -> Option<Response> {
     // deep; find such nesting here, so that a deep payload gets INVALID_PAYLOAD with
     // its pointer rather than an opaque transport error.
     let mut deepest = (0usize, String::new());
-    nesting(&parsed.value, &mut String::new(), 1, &mut deepest);
+    if depth(&parsed.value) > MAX_REQUEST_NESTING {
+        nesting(&parsed.value, &mut String::new(), 1, &mut deepest);
+    }
     if deepest.0 > MAX_REQUEST_NESTING
         && !parsed
             .problems
@@ -351,4 +364,35 @@ pub(crate) fn check_request(text: &str, modern: bool) -> Option<Response> {
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `tools/call` whose arguments hold `levels` arrays nested in one another.
+    fn call_nested(levels: usize) -> String {
+        let inner = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"approval_status","arguments":{{"x":{inner}}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn nesting_past_what_rmcp_parses_is_refused_with_its_pointer_and_the_rest_passes() {
+        // The envelope is 3 objects deep (request, params, arguments).
+        assert!(check_request(&call_nested(MAX_REQUEST_NESTING - 3), false).is_none());
+        let refused = check_request(&call_nested(MAX_REQUEST_NESTING - 2), false)
+            .expect("one level more than rmcp parses is refused");
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        let mut deepest = (0, String::new());
+        // serde_json itself refuses this depth: our own parser reads it.
+        let v = json::parse_collecting(&call_nested(MAX_REQUEST_NESTING - 2))
+            .expect("our parser reads one level past rmcp's")
+            .value;
+        nesting(&v, &mut String::new(), 1, &mut deepest);
+        assert_eq!(deepest.0, MAX_REQUEST_NESTING + 1);
+        assert_eq!(depth(&v), deepest.0, "the cheap count agrees with the walk");
+        assert!(deepest.1.starts_with("/params/arguments/x/0/0"));
+    }
 }
