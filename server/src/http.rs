@@ -28,7 +28,9 @@ use std::sync::Arc;
 /// Largest MCP request body: the largest payload a policy may allow, plus room.
 pub const MAX_MCP_BODY: usize = 5 * 1024 * 1024;
 
-/// Time a client has to send a request body.
+/// Time a client has to send a whole request body on `/mcp`: a deadline for the
+/// body, not a pause between its pieces, so a body dribbled a byte at a time cannot
+/// hold its share of the parse budget for longer than this.
 pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How `/mcp` is exposed.
@@ -38,6 +40,8 @@ pub struct McpOptions {
     pub allowed_hosts: Vec<String>,
     /// `Origin` values accepted; empty means any request carrying `Origin` is refused.
     pub allowed_origins: Vec<String>,
+    /// The time a client has to send a whole request body ([`BODY_READ_TIMEOUT`]).
+    pub body_read_timeout: std::time::Duration,
 }
 
 impl McpOptions {
@@ -62,13 +66,17 @@ impl Default for McpOptions {
                 "[::1]".into(),
             ],
             allowed_origins: vec![],
+            body_read_timeout: BODY_READ_TIMEOUT,
         }
     }
 }
 
+/// What `/mcp`'s one guard needs: who may call, and the parse budget.
 #[derive(Clone)]
 struct McpState {
     svc: Arc<Service>,
+    budget: crate::body_budget::ParseBudget,
+    body_read_timeout: std::time::Duration,
 }
 
 /// The `/mcp` route with its guards.
@@ -94,17 +102,29 @@ pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
         let service = service.clone();
         async move { service.handle(req).await.map(Body::new) }
     };
-    let state = McpState { svc };
+    let state = McpState {
+        svc,
+        budget: crate::body_budget::ParseBudget::default(),
+        body_read_timeout: opts.body_read_timeout,
+    };
+    // One layer for the three checks (they were three axum layers, each cloning the
+    // route and boxing a future on every request).
     Router::new()
         .route("/mcp", axum::routing::any(mcp))
-        .layer(middleware::from_fn_with_state(
-            crate::body_budget::ParseBudget::default(),
-            exact_json,
-        ))
-        .layer(middleware::from_fn_with_state(state, authenticate))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            BODY_READ_TIMEOUT,
-        ))
+        .layer(middleware::from_fn_with_state(state, guard))
+}
+
+/// Every `/mcp` request: the agent is identified first ([`authenticate`]); then a
+/// POST's body is read under the parse budget and the body deadline, and checked
+/// exactly ([`exact_json`]) before rmcp sees it.
+async fn guard(State(st): State<McpState>, mut req: Request, next: Next) -> Response {
+    match authenticate(&st.svc, &req) {
+        Ok(agent) => {
+            req.extensions_mut().insert(agent);
+        }
+        Err(refusal) => return refusal,
+    }
+    exact_json(&st, req, next).await
 }
 
 /// Everything on one listener.
@@ -125,9 +145,10 @@ fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
 
 /// Identifies the agent: a bearer token from the agents file, or, without one,
 /// a loopback peer as `local`.
-async fn authenticate(State(st): State<McpState>, mut req: Request, next: Next) -> Response {
-    let config = st.svc.config();
-    let agent = match &config.agents {
+#[allow(clippy::result_large_err)] // the refusal is the response itself
+fn authenticate(svc: &Service, req: &Request) -> Result<AgentName, Response> {
+    let config = svc.config();
+    match &config.agents {
         Some(agents) => {
             let token = req
                 .headers()
@@ -136,7 +157,7 @@ async fn authenticate(State(st): State<McpState>, mut req: Request, next: Next) 
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim);
             match token.and_then(|t| agents.authenticate(t)) {
-                Some(a) => a,
+                Some(a) => Ok(a),
                 None => {
                     let mut r = rpc_error(
                         StatusCode::UNAUTHORIZED,
@@ -145,7 +166,7 @@ async fn authenticate(State(st): State<McpState>, mut req: Request, next: Next) 
                     );
                     r.headers_mut()
                         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    return r;
+                    Err(r)
                 }
             }
         }
@@ -155,26 +176,21 @@ async fn authenticate(State(st): State<McpState>, mut req: Request, next: Next) 
                 .get::<ConnectInfo<SocketAddr>>()
                 .is_some_and(|c| c.0.ip().is_loopback());
             if !loopback {
-                return rpc_error(
+                return Err(rpc_error(
                     StatusCode::FORBIDDEN,
                     -32001,
                     "without an agents file only loopback clients are served: start the server with --agents FILE".into(),
-                );
+                ));
             }
-            match AgentName::parse("local") {
-                Ok(a) => a,
-                Err(_) => {
-                    return rpc_error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        -32603,
-                        "no local identity".into(),
-                    )
-                }
-            }
+            AgentName::parse("local").map_err(|_| {
+                rpc_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    -32603,
+                    "no local identity".into(),
+                )
+            })
         }
-    };
-    req.extensions_mut().insert(agent);
-    next.run(req).await
+    }
 }
 
 /// A JSON-RPC error for a body refused by the parse budget, with the stable code in
@@ -205,11 +221,8 @@ fn budget_refusal(refusal: &crate::body_budget::Refusal) -> Response {
 
 /// Reads the raw body exactly before rmcp does (see the module comment), under the
 /// parse budget (see `body_budget`): the share is held until the response is ready.
-async fn exact_json(
-    State(budget): State<crate::body_budget::ParseBudget>,
-    req: Request,
-    next: Next,
-) -> Response {
+async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
+    let budget = &st.budget;
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
@@ -226,15 +239,19 @@ async fn exact_json(
         Ok(p) => p,
         Err(refusal) => return budget_refusal(&refusal),
     };
-    let bytes: Bytes = match axum::body::to_bytes(body, MAX_MCP_BODY).await {
-        Ok(b) => b,
-        Err(_) => {
+    let read = tokio::time::timeout(
+        st.body_read_timeout,
+        axum::body::to_bytes(body, MAX_MCP_BODY),
+    );
+    let bytes: Bytes = match read.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) | Err(_) => {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 -32600,
                 format!(
-                    "request body over {MAX_MCP_BODY} bytes, or not sent within {}s",
-                    BODY_READ_TIMEOUT.as_secs()
+                    "request body over {MAX_MCP_BODY} bytes, or not sent within {} s",
+                    st.body_read_timeout.as_secs_f64()
                 ),
             );
         }
@@ -394,5 +411,106 @@ mod tests {
         assert_eq!(deepest.0, MAX_REQUEST_NESTING + 1);
         assert_eq!(depth(&v), deepest.0, "the cheap count agrees with the walk");
         assert!(deepest.1.starts_with("/params/arguments/x/0/0"));
+    }
+}
+
+#[cfg(test)]
+mod body_deadline {
+    use super::*;
+    use crate::config::ConfigSource;
+    use crate::run::{self, ServeOptions};
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const DEADLINE: Duration = Duration::from_millis(400);
+
+    /// `/mcp` of a real service over a fresh store, with a short body deadline.
+    async fn serve() -> (SocketAddr, tempfile::TempDir) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ServeOptions {
+            data: dir.path().join("data"),
+            source: ConfigSource {
+                policies: root.join("policies"),
+                keys: root.join("keys.example"),
+                agents: None,
+                embedded_policies: None,
+            },
+            listen: "127.0.0.1:0".parse().unwrap(),
+            approver_listen: None,
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            demo_keys: None,
+            limits: Default::default(),
+            notify: Default::default(),
+            database: None,
+            claim_lease: Duration::from_secs(30),
+        };
+        let svc = run::start(&opts).await.unwrap();
+        let router = mcp_router(
+            svc,
+            &McpOptions {
+                body_read_timeout: DEADLINE,
+                ..Default::default()
+            },
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        });
+        (addr, dir)
+    }
+
+    /// Sends a POST announcing `body.len()` bytes, then the body one byte every
+    /// `every`; returns the status line and when it came.
+    async fn dribble(addr: SocketAddr, body: &[u8], every: Duration) -> (String, Duration) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let (mut r, mut w) = s.into_split();
+        let body = body.to_vec();
+        let writer = tokio::spawn(async move {
+            for b in body {
+                if w.write_all(&[b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        let mut buf = vec![0u8; 256];
+        let n = r.read(&mut buf).await.unwrap();
+        let took = started.elapsed();
+        writer.abort();
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        (text.lines().next().unwrap_or_default().to_owned(), took)
+    }
+
+    /// The attack: keep a body coming, a byte at a time, each well inside any
+    /// pause limit, so that it holds its share of the parse budget indefinitely. A
+    /// deadline for the whole body ends it; a quick body on the same server is
+    /// answered as usual.
+    #[tokio::test]
+    async fn a_body_dribbled_byte_by_byte_is_cut_off_at_the_deadline() {
+        let (addr, _dir) = serve().await;
+        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"approval_status","arguments":{"id":"nope"}}}"#;
+        // 100 ms a byte: the whole body would take ~11 s.
+        let (status, took) = dribble(addr, call, Duration::from_millis(100)).await;
+        assert!(status.contains(" 413 "), "{status}");
+        assert!(took >= DEADLINE, "cut before the deadline: {took:?}");
+        assert!(
+            took < DEADLINE * 5,
+            "not cut near the deadline ({DEADLINE:?}): {took:?}"
+        );
+        let (status, _) = dribble(addr, call, Duration::ZERO).await;
+        assert!(status.contains(" 200 "), "{status}");
     }
 }
