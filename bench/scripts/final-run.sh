@@ -1,11 +1,18 @@
 #!/bin/bash
-# The final build's run for BENCHMARKS.md: round 3's figures on sled, then PostgreSQL with 1 and 2 instances.
+# The final build's run for BENCHMARKS.md: issue #14's figures on sled, then PostgreSQL with 1 and 2
+# instances. With BASE_SERVER=/path/to/an/older/approval-server, every sled figure is measured for
+# that build too, each right before this build's, so the two are compared in one run.
 cd "$(dirname "$0")/../.."
 B=target/release/approval-bench
+BASE=${BASE_SERVER:-}
 echo "== uptime before: $(uptime)"; echo "== commit $(git rev-parse --short HEAD)"; date -u
-$B --scenario peers
-$B --scenario http-pair --clients 32 --duration 10s
-for sc in status prepare decide round-trip; do $B --scenario $sc --clients 32 --duration 10s; done
+each() { # each ARGS...: the bench with ARGS, first on the base build (if any), then on this one
+  if [ -n "$BASE" ]; then echo "== base build: $*"; $B --server-bin "$BASE" "$@"; fi
+  echo "== this build: $*"; $B "$@"
+}
+each --scenario peers
+each --scenario http-pair --clients 32 --duration 10s
+for sc in status prepare decide round-trip; do each --scenario $sc --clients 32 --duration 10s; done
 psql -h 127.0.0.1 -U root test -qc 'DROP SCHEMA IF EXISTS bench CASCADE' 2>/dev/null
 for n in 1 2; do
   for sc in status prepare decide round-trip; do
