@@ -68,13 +68,21 @@ impl IntoResponse for ApiError {
 pub struct ApiState {
     svc: Arc<Service>,
     watchers: Arc<Mutex<HashMap<ApproverName, usize>>>,
+    /// The time a decision body has to arrive whole.
+    body_read_timeout: std::time::Duration,
 }
 
 /// The `/v1` routes and `/healthz`.
 pub fn router(svc: Arc<Service>) -> Router {
+    router_with_deadline(svc, crate::http::BODY_READ_TIMEOUT)
+}
+
+/// [`router`] with another deadline for a decision body (tests use a short one).
+pub fn router_with_deadline(svc: Arc<Service>, body_read_timeout: std::time::Duration) -> Router {
     let state = ApiState {
         svc,
         watchers: Arc::default(),
+        body_read_timeout,
     };
     Router::new()
         .route("/healthz", get(healthz))
@@ -87,9 +95,6 @@ pub fn router(svc: Arc<Service>) -> Router {
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(state.clone(), settle))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            crate::http::BODY_READ_TIMEOUT,
-        ))
         .with_state(state)
 }
 
@@ -378,22 +383,30 @@ async fn show(
     Ok(Json(view(&st.svc, &rec)?))
 }
 
+/// Reads the decision body whole within the deadline: a deadline for the body, not
+/// a pause between its pieces, so a body sent a byte at a time cannot hold its
+/// connection (one of the listener's slots) for longer than that.
 async fn decide(
     state: State<ApiState>,
     id: Path<String>,
     source: Source,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: axum::body::Body,
 ) -> Response {
-    match body {
-        Ok(body) => decide_body(state, id, source, body).await.into_response(),
-        Err(e) => {
-            let body = json!({
-                "code": Code::LimitExceeded,
-                "message": format!("cannot read the decision body ({e}): send at most {MAX_DECISION_BODY} bytes"),
-            });
-            (StatusCode::PAYLOAD_TOO_LARGE, Json(body)).into_response()
-        }
-    }
+    let deadline = state.body_read_timeout;
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_DECISION_BODY));
+    let why = match read.await {
+        Ok(Ok(body)) => return decide_body(state, id, source, body).await.into_response(),
+        Ok(Err(e)) => format!("cannot read the decision body ({e})"),
+        Err(_) => format!(
+            "the decision body did not arrive within {} s",
+            deadline.as_secs_f64()
+        ),
+    };
+    let body = json!({
+        "code": Code::LimitExceeded,
+        "message": format!("{why}: send at most {MAX_DECISION_BODY} bytes, all at once"),
+    });
+    (StatusCode::PAYLOAD_TOO_LARGE, Json(body)).into_response()
 }
 
 async fn decide_body(

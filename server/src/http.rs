@@ -448,12 +448,13 @@ mod body_deadline {
         };
         let svc = run::start(&opts).await.unwrap();
         let router = mcp_router(
-            svc,
+            svc.clone(),
             &McpOptions {
                 body_read_timeout: DEADLINE,
                 ..Default::default()
             },
-        );
+        )
+        .merge(approver_api::router_with_deadline(svc, DEADLINE));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -469,9 +470,19 @@ mod body_deadline {
     /// Sends a POST announcing `body.len()` bytes, then the body one byte every
     /// `every`; returns the status line and when it came.
     async fn dribble(addr: SocketAddr, body: &[u8], every: Duration) -> (String, Duration) {
+        dribble_to(addr, "/mcp", body, every).await
+    }
+
+    /// [`dribble`] to another path.
+    async fn dribble_to(
+        addr: SocketAddr,
+        path: &str,
+        body: &[u8],
+        every: Duration,
+    ) -> (String, Duration) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
         s.write_all(head.as_bytes()).await.unwrap();
@@ -512,5 +523,30 @@ mod body_deadline {
         );
         let (status, _) = dribble(addr, call, Duration::ZERO).await;
         assert!(status.contains(" 200 "), "{status}");
+    }
+
+    /// The same attack on the approver API: a decision body sent a byte at a time
+    /// holds a connection, one of the listener's slots, that approvers need. It is cut
+    /// at the deadline; an oversized one is refused; a quick one reaches the checks.
+    #[tokio::test]
+    async fn a_decision_body_dribbled_byte_by_byte_is_cut_off_at_the_deadline() {
+        let (addr, _dir) = serve().await;
+        let path = "/v1/proposals/nope/decisions";
+        let body = br#"{"decision":"approve","approver":"alice","signature":"AAAA"}"#;
+        let (status, took) = dribble_to(addr, path, body, Duration::from_millis(100)).await;
+        assert!(status.contains(" 413 "), "{status}");
+        assert!(took >= DEADLINE, "cut before the deadline: {took:?}");
+        assert!(
+            took < DEADLINE * 5,
+            "not cut near the deadline ({DEADLINE:?}): {took:?}"
+        );
+        let big = vec![b' '; approver_api::MAX_DECISION_BODY + 1];
+        let (status, _) = dribble_to(addr, path, &big, Duration::ZERO).await;
+        assert!(status.contains(" 413 "), "{status}");
+        let (status, _) = dribble_to(addr, path, body, Duration::ZERO).await;
+        assert!(
+            !status.contains(" 413 ") && status.contains(" 4"),
+            "a quick body is read and refused on its merits: {status}"
+        );
     }
 }
