@@ -428,24 +428,14 @@ mod body_deadline {
     async fn serve() -> (SocketAddr, tempfile::TempDir) {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = tempfile::tempdir().unwrap();
-        let opts = ServeOptions {
-            data: dir.path().join("data"),
-            source: ConfigSource {
-                policies: root.join("policies"),
-                keys: root.join("keys.example"),
-                agents: None,
-                embedded_policies: None,
-            },
-            listen: "127.0.0.1:0".parse().unwrap(),
-            approver_listen: None,
-            allowed_hosts: vec![],
-            allowed_origins: vec![],
-            demo_keys: None,
-            limits: Default::default(),
-            notify: Default::default(),
-            database: None,
-            claim_lease: Duration::from_secs(30),
+        let source = ConfigSource {
+            policies: root.join("policies"),
+            keys: root.join("keys.example"),
+            agents: None,
+            embedded_policies: None,
         };
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let opts = ServeOptions::local(dir.path().join("data"), source, listen);
         let svc = run::start(&opts).await.unwrap();
         let router = mcp_router(
             svc.clone(),

@@ -46,6 +46,26 @@ pub struct ServeOptions {
     pub claim_lease: Duration,
 }
 
+impl ServeOptions {
+    /// One listener and the embedded store in `data`, everything else at its default:
+    /// what embedded stdio runs, and what tests that need a real service start.
+    pub fn local(data: PathBuf, source: ConfigSource, listen: SocketAddr) -> Self {
+        Self {
+            data,
+            source,
+            listen,
+            approver_listen: None,
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            demo_keys: None,
+            limits: Default::default(),
+            notify: Default::default(),
+            database: None,
+            claim_lease: crate::store::postgres::DEFAULT_LEASE,
+        }
+    }
+}
+
 /// Where the store is, as `--store` or `APPROVAL_STORE` say it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreSpec {

@@ -324,24 +324,13 @@ impl Embedded {
                 }
             },
         };
-        let serve = ServeOptions {
-            data: opts.data.clone(),
-            source: ConfigSource {
-                policies: opts.policies.clone(),
-                keys: opts.keys.clone(),
-                agents: opts.agents.clone(),
-                embedded_policies: None,
-            },
-            listen,
-            approver_listen: None,
-            allowed_hosts: vec![],
-            allowed_origins: vec![],
-            demo_keys: None,
-            limits: Default::default(),
-            notify: Default::default(),
-            database: None,
-            claim_lease: crate::store::postgres::DEFAULT_LEASE,
+        let source = ConfigSource {
+            policies: opts.policies.clone(),
+            keys: opts.keys.clone(),
+            agents: opts.agents.clone(),
+            embedded_policies: None,
         };
+        let serve = ServeOptions::local(opts.data.clone(), source, listen);
         let svc = match run::start(&serve).await {
             Ok(svc) => svc,
             Err(e) if lock_state(&opts.data) == Lock::Held => {
