@@ -13,19 +13,8 @@ use approval_e2e::{approval_server, poll_until, McpClient, World};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-const NOTE_POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob"]
-ttl = "30m"
-execute_within = "10m"
-[payload_schema]
-type = "object"
-required = ["text"]
-[executor]
-type = "note"
-"#;
+// The note policy the stdio suites use too: alice and bob both approve.
+use approval_e2e::NOTE_POLICY_ALICE_AND_BOB as NOTE_POLICY;
 
 /// A `deploy.run` policy whose command runs `script` with `args`.
 fn command_policy(script: &std::path::Path, args: &[&std::path::Path]) -> String {

@@ -57,19 +57,8 @@ impl Drop for BackOnDrop {
     }
 }
 
-const NOTE_POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob"]
-ttl = "30m"
-execute_within = "10m"
-[payload_schema]
-type = "object"
-required = ["text"]
-[executor]
-type = "note"
-"#;
+// The note policy the stdio suites use too: alice and bob both approve.
+use approval_e2e::NOTE_POLICY_ALICE_AND_BOB as NOTE_POLICY;
 
 #[tokio::test]
 async fn postgres_restarted_under_load_clear_errors_then_service_nothing_lost() -> anyhow::Result<()>

@@ -30,7 +30,8 @@ pub fn record(id: &str, agent: &str, created: i64) -> ProposalRecord {
     }
 }
 
-fn ev(kind: AuditKind, rec: &ProposalRecord) -> Vec<AuditEvent> {
+/// The one audit event of `kind` for `rec`, as a write passes it to the store.
+pub fn ev(kind: AuditKind, rec: &ProposalRecord) -> Vec<AuditEvent> {
     vec![AuditEvent {
         kind,
         proposal_id: rec.id().clone(),

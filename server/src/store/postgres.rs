@@ -1813,14 +1813,7 @@ mod tests {
             Arc::new(PgStore::open(&db.url).unwrap()),
             Arc::new(PgStore::open(&db.url).unwrap()),
         ];
-        let ev = |rec: &ProposalRecord| {
-            vec![AuditEvent {
-                kind: crate::audit::AuditKind::Proposed,
-                proposal_id: rec.id().clone(),
-                at: rec.updated_at,
-                detail: serde_json::json!({}),
-            }]
-        };
+        let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
         let target = contract::record("p-target", "agent1", 1_800_000_000);
         stores[0]
             .create(&target, ev(&target), PendingLimits::default())

@@ -831,14 +831,7 @@ mod tests {
     #[test]
     fn the_outbox_and_its_numbering_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let ev = |rec: &ProposalRecord| {
-            vec![AuditEvent {
-                kind: crate::audit::AuditKind::Proposed,
-                proposal_id: rec.id().clone(),
-                at: rec.updated_at,
-                detail: serde_json::json!({}),
-            }]
-        };
+        let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
         let b = contract::record("p-b", "agent1", 1_800_000_001);
         {
             let store = SledStore::open(dir.path()).unwrap();
