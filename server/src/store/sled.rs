@@ -20,7 +20,9 @@
 //! one flusher fsyncs for every ticket issued before it started, and the others
 //! wait for it rather than each paying for an fsync of their own
 //! ([`GroupCommit`](super::GroupCommit)). Durability is never skipped, only shared. The writer lock
-//! is never held across an fsync.
+//! is never held across an fsync. Inside sled the same holds one level down
+//! (vendor/sled/PATCHES.md §6): a batch's log buffers are written without a sync, and
+//! the flush syncs the log file once for all of them.
 
 use super::*;
 use ::sled;

@@ -99,6 +99,27 @@ fn run(
         }
         drop(cc);
 
+        // PATCH (vendor/sled/PATCHES.md §6): buffer writes no longer sync
+        // themselves, so the periodic flush syncs what has been written (the
+        // buffer it just rolled included), outside the concurrency-control
+        // guard so no batch waits for the disk. Unpatched, the rolled buffer's
+        // own write synced it.
+        if let Err(e) = pagecache.log.iobufs.sync_all_written() {
+            error!("failed to sync from periodic flush thread: {}", e);
+
+            #[cfg(feature = "failpoints")]
+            pagecache.set_failpoint(e);
+
+            *shutdown = ShutdownState::ShutDown;
+
+            // having held the mutex makes this linearized
+            // with the notify below.
+            drop(shutdown);
+
+            let _notified = sc.notify_all();
+            return;
+        }
+
         // so we can spend a little effort
         // cleaning up the segments. try not to
         // spend more than half of our sleep

@@ -308,7 +308,17 @@ pub(crate) struct IoBufs {
     // stable storage. This may be lower than the length of the underlying
     // file, and there may be buffers that have been written out-of-order
     // to stable storage due to interesting thread interleavings.
+    //
+    // PATCH (vendor/sled/PATCHES.md §6): "stable" means synced: it only
+    // advances in `sync_written`, after one sync of the log file that began
+    // once every buffer up to it had been written. Buffer writes advance
+    // `written_lsn` (the same contiguous, batch-respecting prefix that
+    // `stable_lsn` used to be), which is what a read needs.
     pub stable_lsn: AtomicLsn,
+    pub written_lsn: AtomicLsn,
+    // Serialises syncs of the log file, so that a flush arriving while one
+    // is in progress finds its data covered by the next one, not a second.
+    sync_mu: Mutex<()>,
     pub max_reserved_lsn: AtomicLsn,
     pub max_header_stable_lsn: Arc<AtomicLsn>,
     pub segment_accountant: Mutex<SegmentAccountant>,
@@ -412,6 +422,8 @@ impl IoBufs {
             interval_updated: Condvar::new(),
 
             stable_lsn: AtomicLsn::new(stable),
+            written_lsn: AtomicLsn::new(stable),
+            sync_mu: Mutex::new(()),
             max_reserved_lsn: AtomicLsn::new(stable),
             max_header_stable_lsn: Arc::new(AtomicLsn::new(next_lsn)),
             segment_accountant: Mutex::new(segment_accountant),
@@ -519,6 +531,106 @@ impl IoBufs {
     pub(in crate::pagecache) fn stable(&self) -> Lsn {
         debug_delay();
         self.stable_lsn.load(Acquire)
+    }
+
+    /// PATCH (vendor/sled/PATCHES.md §6): the last offset of the contiguous
+    /// prefix of the log that has been written to the file (readable), not
+    /// necessarily synced yet.
+    pub(in crate::pagecache) fn written(&self) -> Lsn {
+        debug_delay();
+        self.written_lsn.load(Acquire)
+    }
+
+    /// PATCH (vendor/sled/PATCHES.md §6): makes every written buffer up to
+    /// `lsn` stable with one sync of the log file, shared by every flush that
+    /// waits for it.
+    ///
+    /// Unpatched, each buffer write was followed by its own `sync_file_range`
+    /// of the buffer's range, so a batch (a buffer rolled before its
+    /// manifest, the manifest's buffer, the buffer of its writes) paid two or
+    /// three syncs, and a group of concurrent batches paid them all. Here a
+    /// buffer write is a `pwrite` only, and the flush that needs the data
+    /// stable syncs the whole file once after all of it is written.
+    ///
+    /// Why this is as safe as before: `target` is read before the sync
+    /// starts, and `written_lsn` reaches a value only after the `pwrite` of
+    /// every buffer below it has returned, so the sync covers all of it (a
+    /// whole-file `sync_file_range` with the same flags as the published
+    /// per-buffer one; `sync_all` where that call does not exist). Only then
+    /// does `stable_lsn` advance, and `stable_lsn` stays what segment reuse
+    /// and the segment headers' `max_stable_lsn` (recovery's trust bound)
+    /// are computed from, so a segment is never reused on the strength of an
+    /// unsynced write.
+    pub(in crate::pagecache) fn sync_written(&self, lsn: Lsn) -> Result<()> {
+        let _sync = self.sync_mu.lock();
+        if self.stable() >= lsn {
+            // a sync that began after this data was written covered it
+            return Ok(());
+        }
+        self.config.global_error()?;
+        let target = self.written();
+        assert!(
+            target >= lsn,
+            "sync_written({}) called before it was written (written {})",
+            lsn,
+            target
+        );
+        io_fail!(self, "log sync");
+        if let Err(e) = self.sync_log_file() {
+            error!("hit error while syncing the log up to lsn {}: {:?}", target, e);
+            self.config.set_global_error(e.clone());
+            let intervals = self.intervals.lock();
+            // having held the mutex makes this linearized
+            // with the notify below.
+            drop(intervals);
+            let _notified = self.interval_updated.notify_all();
+            return Err(e);
+        }
+        bump_atomic_lsn(&self.stable_lsn, target);
+        Ok(())
+    }
+
+    /// PATCH (vendor/sled/PATCHES.md §6): makes everything written so far
+    /// stable (the periodic flusher's sync).
+    pub(crate) fn sync_all_written(&self) -> Result<()> {
+        let written = self.written();
+        if self.stable() >= written {
+            return Ok(());
+        }
+        self.sync_written(written)
+    }
+
+    fn sync_log_file(&self) -> Result<()> {
+        if self.config.temporary {
+            return Ok(());
+        }
+        let f = &self.config.file;
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::io::AsRawFd;
+            // offset 0 and length 0: the whole file
+            let ret = unsafe {
+                libc::sync_file_range(
+                    f.as_raw_fd(),
+                    0,
+                    0,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                )
+            };
+            if ret < 0 {
+                let err = std::io::Error::last_os_error();
+                if let Some(libc::ENOSYS) = err.raw_os_error() {
+                    f.sync_all()?;
+                } else {
+                    return Err(err.into());
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        f.sync_all()?;
+        Ok(())
     }
 
     // Adds a header to the front of the buffer
@@ -726,35 +838,12 @@ impl IoBufs {
         }
         #[cfg(not(feature = "io_uring"))]
         {
+            // PATCH (vendor/sled/PATCHES.md §6): a `pwrite` only; the flush
+            // that needs this buffer stable syncs the file once for every
+            // buffer written before it (`IoBufs::sync_written`). Unpatched,
+            // each buffer was followed by a `sync_file_range` of its range.
             let f = &self.config.file;
             pwrite_all(f, data, log_offset)?;
-            if !self.config.temporary {
-                #[cfg(target_os = "linux")]
-                {
-                    use std::os::unix::io::AsRawFd;
-                    let ret = unsafe {
-                        libc::sync_file_range(
-                            f.as_raw_fd(),
-                            i64::try_from(log_offset).unwrap(),
-                            i64::try_from(total_len).unwrap(),
-                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                                | libc::SYNC_FILE_RANGE_WRITE
-                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                        )
-                    };
-                    if ret < 0 {
-                        let err = std::io::Error::last_os_error();
-                        if let Some(libc::ENOSYS) = err.raw_os_error() {
-                            f.sync_all()?;
-                        } else {
-                            return Err(err.into());
-                        }
-                    }
-                }
-
-                #[cfg(not(target_os = "linux"))]
-                f.sync_all()?;
-            }
         }
         io_fail!(self, "buffer write post");
 
@@ -822,7 +911,8 @@ impl IoBufs {
 
         if let Some(new_stable_lsn) = updated {
             trace!("mark_interval new highest lsn {}", new_stable_lsn);
-            self.stable_lsn.store(new_stable_lsn, SeqCst);
+            // PATCH (vendor/sled/PATCHES.md §6): written, not yet synced.
+            self.written_lsn.store(new_stable_lsn, SeqCst);
 
             #[cfg(feature = "event_log")]
             {
@@ -864,7 +954,10 @@ pub(crate) fn roll_iobuf(iobufs: &Arc<IoBufs>) -> Result<usize> {
         trace!("skipping roll_iobuf due to empty segment");
     } else {
         trace!("sealing ioubuf from  roll_iobuf");
-        maybe_seal_and_write_iobuf(iobufs, &iobuf, header, false)?;
+        // PATCH (vendor/sled/PATCHES.md §6): a buffer write is a `pwrite`
+        // now, so the roller (a batch's `pin_log`, the periodic flusher)
+        // writes it itself rather than waking a pool thread for it.
+        seal_and_write_iobuf(iobufs, &iobuf, header, false, true)?;
     }
 
     Ok(header::offset(header))
@@ -904,9 +997,20 @@ pub(in crate::pagecache) fn make_stable_inner(
 ) -> Result<usize> {
     let _measure = Measure::new(&M.make_stable);
 
+    // PATCH (vendor/sled/PATCHES.md §6): the loop below waits until `lsn` is
+    // *written* (all a read needs, and the first half of a full flush); a full
+    // flush then syncs once (`sync_written`). `stable` in this function is the
+    // written prefix.
+    if !partial_durability && iobufs.stable() >= lsn {
+        return Ok(0);
+    }
+
     // NB before we write the 0th byte of the file, stable  is -1
-    let first_stable = iobufs.stable();
+    let first_stable = iobufs.written();
     if first_stable >= lsn {
+        if !partial_durability {
+            iobufs.sync_written(lsn)?;
+        }
         return Ok(0);
     }
 
@@ -941,7 +1045,7 @@ pub(in crate::pagecache) fn make_stable_inner(
                 false,
                 !partial_durability,
             )?;
-            stable = iobufs.stable();
+            stable = iobufs.written();
             // NB we have to continue here to possibly clear
             // the next io buffer, which may have dirty
             // data we need to flush (and maybe no other
@@ -962,7 +1066,7 @@ pub(in crate::pagecache) fn make_stable_inner(
             return Err(e);
         }
 
-        stable = iobufs.stable();
+        stable = iobufs.written();
 
         if partial_durability {
             if waiter.stable_lsn > lsn {
@@ -996,7 +1100,7 @@ pub(in crate::pagecache) fn make_stable_inner(
                          intervals: {:?}",
                         tn(),
                         lsn,
-                        iobufs.stable(),
+                        iobufs.written(),
                         waiter
                     );
                 }
@@ -1007,6 +1111,10 @@ pub(in crate::pagecache) fn make_stable_inner(
             debug!("make_stable({}) returning", lsn);
             break;
         }
+    }
+
+    if !partial_durability {
+        iobufs.sync_written(lsn)?;
     }
 
     Ok(assert_usize(stable - first_stable))

@@ -429,21 +429,29 @@ impl Log {
 
             let lsn = iobuf.lsn;
             trace!(
-                "asynchronously writing iobuf with lsn {} \
-                 to log from exit_reservation",
+                "writing iobuf with lsn {} to log from exit_reservation",
                 lsn
             );
-            let iobufs = self.iobufs.clone();
-            let iobuf = iobuf.clone();
-            threadpool::spawn(move || {
-                if let Err(e) = iobufs.write_to_log(&iobuf) {
-                    error!(
-                        "hit error while writing iobuf with lsn {}: {:?}",
-                        lsn, e
-                    );
-                    iobufs.config.set_global_error(e);
-                }
-            })?;
+            // PATCH (vendor/sled/PATCHES.md §6): the last writer to leave a
+            // sealed buffer writes it on its own thread. Unpatched, it handed
+            // the write to the I/O pool, because the write included a sync;
+            // it is a `pwrite` now (the sync is `IoBufs::sync_written`, run
+            // by the flush that needs it), and the hand-off cost a pool
+            // wake-up on the path of every batch: the batch manifest's buffer
+            // is released here. As before, a failed write becomes the Db's
+            // global error, which the next flush reports.
+            if let Err(e) = self.iobufs.write_to_log(iobuf) {
+                error!(
+                    "hit error while writing iobuf with lsn {}: {:?}",
+                    lsn, e
+                );
+                self.config.set_global_error(e);
+                let intervals = self.iobufs.intervals.lock();
+                // having held the mutex makes this linearized
+                // with the notify below.
+                drop(intervals);
+                let _notified = self.iobufs.interval_updated.notify_all();
+            }
 
             Ok(())
         } else {
