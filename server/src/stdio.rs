@@ -29,9 +29,11 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::HashSet;
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
@@ -769,10 +771,22 @@ async fn read_lines<R: AsyncRead + Unpin>(
                     let key = serde_json::to_string(&id).unwrap_or_default();
                     pending.add(key.clone());
                     let (handler, out, pending) = (handler.clone(), out.clone(), pending.clone());
-                    tokio::spawn(async move {
+                    let mut call = Box::pin(async move {
                         answer_direct(handler, id, params, out).await;
                         pending.done(&key);
                     });
+                    // Most calls (a status, a listing) finish without waiting on
+                    // anything: they run right here, which saves a task and the
+                    // wake-up of another worker thread per call. A call that waits
+                    // (a durable write, a long poll, a full output queue) goes on a
+                    // task of its own from where it stopped, so the reader never
+                    // waits for it.
+                    let waiting =
+                        std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending()))
+                            .await;
+                    if waiting {
+                        tokio::spawn(call);
+                    }
                     continue;
                 }
                 if matches!(&msg, JsonRpcMessage::Notification(_))
