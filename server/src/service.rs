@@ -442,8 +442,27 @@ impl Service {
             Timestamp,
         ) -> Result<Option<(ProposalRecord, Vec<AuditEvent>)>, ServiceError>,
     {
+        let cur = self.get(id)?;
+        self.transition_from(cur, f).await
+    }
+
+    /// [`Service::transition`] from a record the caller has just read, which saves
+    /// reading and decoding it again. It may be stale by now: the compare-and-swap on
+    /// its revision refuses a stale base, and a conflict hands back what is stored,
+    /// which the next try starts from.
+    async fn transition_from<F>(
+        &self,
+        mut cur: ProposalRecord,
+        f: F,
+    ) -> Result<ProposalRecord, ServiceError>
+    where
+        F: Fn(
+            &ProposalRecord,
+            Timestamp,
+        ) -> Result<Option<(ProposalRecord, Vec<AuditEvent>)>, ServiceError>,
+    {
+        let id = cur.id().clone();
         loop {
-            let cur = self.get(id)?;
             let now = self.now();
             let Some((next, events)) = f(&cur, now)? else {
                 return Ok(cur);
@@ -452,13 +471,13 @@ impl Service {
             match self.store.update(&next, events)? {
                 Cas::Applied => {
                     self.commit.flush().await?;
-                    self.announce(id.clone());
+                    self.announce(id);
                     return Ok(next);
                 }
-                Cas::Conflict(_) => continue,
+                Cas::Conflict(now_stored) => cur = *now_stored,
                 Cas::Missing => {
                     return Err(self
-                        .get(id)
+                        .get(&id)
                         .err()
                         .unwrap_or_else(|| ServiceError::new(Code::UnknownProposal, "gone")))
                 }
@@ -966,7 +985,7 @@ impl Service {
         }
         let already = std::sync::atomic::AtomicBool::new(false);
         let record = self
-            .transition(rec.id(), |cur, now| {
+            .transition_from(rec, |cur, now| {
                 if cur.decisions.iter().any(|x| x.signed == d) {
                     // The same signed decision arrived concurrently and won.
                     already.store(true, std::sync::atomic::Ordering::SeqCst);
