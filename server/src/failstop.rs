@@ -459,6 +459,91 @@ mod tests {
         None
     }
 
+    /// The agent's lever on the inline flush (`store::GroupCommit::flush`): a lone
+    /// writer's flush runs on the worker that asked for it, so a flush that hangs holds
+    /// that worker. It must hold no more than that: an approver's read on the same
+    /// runtime is served while it hangs, a second writer waits for it without taking a
+    /// worker of its own, and both writes end durable once it returns. With one worker
+    /// there is no other to serve the read, so the flush must go to the blocking pool.
+    #[test]
+    fn a_lone_flush_that_hangs_holds_one_worker_not_the_runtime() {
+        for workers in [2, 1] {
+            lone_flush_hangs_on(workers);
+        }
+    }
+
+    fn lone_flush_hangs_on(workers: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let hang = Duration::from_millis(1500);
+        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
+            let first = record("p-1");
+            store
+                .create(&first, vec![], PendingLimits::default())
+                .unwrap();
+            let t0 = Instant::now();
+            let c = commit.clone();
+            let lone = tokio::spawn(async move { c.flush().await });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+
+            // An approver's read while the flush hangs: served by the other worker.
+            let (s, id) = (store.clone(), first.id().clone());
+            let read = tokio::spawn(async move { s.get(&id) });
+            let got = tokio::time::timeout(Duration::from_millis(500), read)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{workers} worker(s): a read waited for the hanging flush")
+                })
+                .unwrap()
+                .unwrap();
+            assert_eq!(got.map(|r| r.revision), Some(0));
+            assert!(!lone.is_finished(), "the flush is still hanging");
+
+            // A second writer: it waits for the flush in progress (the flusher lock
+            // allows one at a time), and the runtime still serves meanwhile.
+            let second = record("p-2");
+            store
+                .create(&second, vec![], PendingLimits::default())
+                .unwrap();
+            let c = commit.clone();
+            let waiting = tokio::spawn(async move { c.flush().await });
+            let tick = tokio::spawn(async { tokio::time::sleep(Duration::from_millis(10)).await });
+            tokio::time::timeout(Duration::from_millis(500), tick)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{workers} worker(s): the runtime stopped while a lone flush hung")
+                })
+                .unwrap();
+            assert!(
+                t0.elapsed() < hang,
+                "the checks above ran while the flush hung"
+            );
+            assert!(
+                !waiting.is_finished(),
+                "the second flush waits for the first"
+            );
+
+            lone.await.unwrap().unwrap();
+            waiting.await.unwrap().unwrap();
+            assert!(t0.elapsed() >= hang);
+            assert!(
+                commit.fsync_count() >= 2,
+                "the second write got a flush of its own"
+            );
+        });
+        assert!(
+            halted.lock().unwrap().is_empty(),
+            "{:?}",
+            halted.lock().unwrap()
+        );
+    }
+
     #[test]
     fn a_write_that_hangs_stops_the_store_while_it_still_hangs() {
         // The write hangs for 3 s; the deadline is 0.2 s. The store must be failed
