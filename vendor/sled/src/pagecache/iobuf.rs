@@ -578,12 +578,7 @@ impl IoBufs {
         io_fail!(self, "log sync");
         if let Err(e) = self.sync_log_file() {
             error!("hit error while syncing the log up to lsn {}: {:?}", target, e);
-            self.config.set_global_error(e.clone());
-            let intervals = self.intervals.lock();
-            // having held the mutex makes this linearized
-            // with the notify below.
-            drop(intervals);
-            let _notified = self.interval_updated.notify_all();
+            self.fail_and_wake(e.clone());
             return Err(e);
         }
         bump_atomic_lsn(&self.stable_lsn, target);
@@ -593,11 +588,19 @@ impl IoBufs {
     /// PATCH (vendor/sled/PATCHES.md §6): makes everything written so far
     /// stable (the periodic flusher's sync).
     pub(crate) fn sync_all_written(&self) -> Result<()> {
-        let written = self.written();
-        if self.stable() >= written {
-            return Ok(());
-        }
-        self.sync_written(written)
+        self.sync_written(self.written())
+    }
+
+    /// PATCH (vendor/sled/PATCHES.md §5, §6): a write or sync on this thread
+    /// failed. The error becomes the Db's global error, and every thread
+    /// waiting on the stability condvar is woken to see it (holding the mutex
+    /// linearises the error with the notification). The patched write and
+    /// sync sites share this; upstream's own sites keep their inline copies.
+    pub(in crate::pagecache) fn fail_and_wake(&self, e: Error) {
+        self.config.set_global_error(e);
+        let intervals = self.intervals.lock();
+        drop(intervals);
+        let _notified = self.interval_updated.notify_all();
     }
 
     fn sync_log_file(&self) -> Result<()> {
@@ -1007,10 +1010,7 @@ pub(in crate::pagecache) fn make_stable_inner(
 
     // NB before we write the 0th byte of the file, stable  is -1
     let first_stable = iobufs.written();
-    if first_stable >= lsn {
-        if !partial_durability {
-            iobufs.sync_written(lsn)?;
-        }
+    if partial_durability && first_stable >= lsn {
         return Ok(0);
     }
 
@@ -1326,12 +1326,7 @@ fn seal_and_write_iobuf(
                     "hit error while writing iobuf with lsn {}: {:?}",
                     lsn, e
                 );
-                iobufs.config.set_global_error(e.clone());
-                let intervals = iobufs.intervals.lock();
-                // having held the mutex makes this linearized
-                // with the notify below.
-                drop(intervals);
-                let _notified = iobufs.interval_updated.notify_all();
+                iobufs.fail_and_wake(e.clone());
                 e
             });
         }

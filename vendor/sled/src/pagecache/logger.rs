@@ -445,12 +445,7 @@ impl Log {
                     "hit error while writing iobuf with lsn {}: {:?}",
                     lsn, e
                 );
-                self.config.set_global_error(e);
-                let intervals = self.iobufs.intervals.lock();
-                // having held the mutex makes this linearized
-                // with the notify below.
-                drop(intervals);
-                let _notified = self.iobufs.interval_updated.notify_all();
+                self.iobufs.fail_and_wake(e);
             }
 
             Ok(())
