@@ -395,26 +395,16 @@ impl GroupCommit {
                 let target = self.requested.load(Ordering::SeqCst);
                 let store = self.store.clone();
                 let started = std::time::Instant::now();
-                // A lone writer (this flush covers its ticket only, and no other write is
-                // under way) flushes on its own thread: handing the flush to the blocking
-                // pool and back cost two thread wake-ups, about 60 µs of CPU, a third of a
-                // sequential durable write (BENCHMARKS.md, round 5). With company, the
-                // flush goes to the pool, so no worker waits for the disk under load. The
-                // inline flush holds this worker for one fsync: the other workers keep
-                // serving (the flusher lock allows one flush at a time, so one worker at
-                // most), and a flush that hangs is ended by the fail-stop watchdog. On a
-                // runtime with one worker there are no other workers: the pool it is.
-                // Attack test: failstop::tests::a_lone_flush_that_hangs_holds_one_worker_not_the_runtime.
-                let lone = target - *self.completed.borrow() == 1
-                    && self.inflight.load(Ordering::SeqCst) <= 1
-                    && tokio::runtime::Handle::current().metrics().num_workers() > 1;
-                let r = if lone {
-                    store.flush_blocking()
-                } else {
-                    tokio::task::spawn_blocking(move || store.flush_blocking())
-                        .await
-                        .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?
-                };
+                // The flush runs on the blocking pool, never on the worker that asked:
+                // a worker blocked in a flush may be the one that drives tokio's sockets
+                // and timers, and the others sleep until a task is spawned for them, so
+                // nothing on the runtime would be served until the disk answered (issue
+                // #14, round 6: running a lone writer's flush inline saved two thread
+                // wake-ups and hung CI that way). Attack test:
+                // failstop::tests::a_flush_that_hangs_holds_no_worker_and_stops_no_socket_or_timer.
+                let r = tokio::task::spawn_blocking(move || store.flush_blocking())
+                    .await
+                    .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?;
                 let covered = target - *self.completed.borrow();
                 tracing::trace!(
                     micros = started.elapsed().as_micros() as u64,
