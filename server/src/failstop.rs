@@ -483,7 +483,8 @@ mod tests {
         use std::io::{Read, Write};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let hang = Duration::from_millis(1500);
+        // Long enough for the three checks below (700 ms each at most) on a loaded machine.
+        let hang = Duration::from_secs(3);
         let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)
