@@ -231,7 +231,7 @@ struct Browser {
     port: u16,
     session: String,
     http: reqwest::Client,
-    _profile: tempfile::TempDir,
+    profile: tempfile::TempDir,
 }
 
 impl Browser {
@@ -288,7 +288,7 @@ impl Browser {
             port,
             session,
             http,
-            _profile: profile,
+            profile,
         })
     }
 
@@ -425,6 +425,16 @@ impl Drop for Browser {
             let mut first = [0u8; 64];
             let _ = s.read(&mut first);
         }
+        // Seen once after a CI run: a Chromium still running with no chromedriver, its
+        // session's end not reached in time. Whatever still runs on this test's own
+        // profile folder (a unique temporary path) is ended too; a machine without
+        // pkill keeps the behaviour above.
+        let profile = format!("--user-data-dir={}", self.profile.path().display());
+        let _ = std::process::Command::new("pkill")
+            .args(["-KILL", "-f", "--", &profile])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.start_kill();
     }
 }
