@@ -7,6 +7,12 @@
 //! parser: a payload that cannot be carried exactly gets an `INVALID_PAYLOAD` tool
 //! result naming the JSON pointer; a duplicate key anywhere else in the request is
 //! a JSON-RPC error (two readers must never see two different requests).
+//!
+//! A plain tool call of a revision before 2026-07-28 then skips rmcp's per-request
+//! service and goes straight to the handler ([`direct`]); everything else is
+//! rmcp's to serve.
+
+mod direct;
 
 use crate::approver_api;
 use crate::mcp::{self, McpHandler};
@@ -42,6 +48,9 @@ pub struct McpOptions {
     pub allowed_origins: Vec<String>,
     /// The time a client has to send a whole request body ([`BODY_READ_TIMEOUT`]).
     pub body_read_timeout: std::time::Duration,
+    /// Answer plain legacy tool calls without rmcp's per-request service
+    /// (see [`direct`]). Off only in the tests that compare the two paths.
+    pub direct_calls: bool,
 }
 
 impl McpOptions {
@@ -67,6 +76,7 @@ impl Default for McpOptions {
             ],
             allowed_origins: vec![],
             body_read_timeout: BODY_READ_TIMEOUT,
+            direct_calls: true,
         }
     }
 }
@@ -77,6 +87,7 @@ struct McpState {
     svc: Arc<Service>,
     budget: crate::body_budget::ParseBudget,
     body_read_timeout: std::time::Duration,
+    direct: Option<direct::DirectCalls>,
 }
 
 /// The `/mcp` route with its guards.
@@ -106,6 +117,9 @@ pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
         svc,
         budget: crate::body_budget::ParseBudget::default(),
         body_read_timeout: opts.body_read_timeout,
+        direct: opts
+            .direct_calls
+            .then(|| direct::DirectCalls::new(&opts.allowed_hosts)),
     };
     // One layer for the three checks (they were three axum layers, each cloning the
     // route and boxing a future on every request).
@@ -269,6 +283,11 @@ async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
         .and_then(|t| check_request(t, modern))
     {
         return resp;
+    }
+    if let Some(direct) = &st.direct {
+        if let Some(resp) = direct.answer(&st.svc, &parts, &bytes).await {
+            return resp;
+        }
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await

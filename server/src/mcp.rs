@@ -20,10 +20,10 @@ use approval_core::status::Status;
 use approval_core::Code;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, Tool,
-    ToolAnnotations,
+    JsonObject, JsonRpcMessage, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    RequestId, ServerCapabilities, ServerResult, Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, TxJsonRpcMessage};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -682,6 +682,24 @@ impl McpHandler {
         };
         let agent = identity.agent(&self.svc.config())?;
         self.call_as(&agent, request).await
+    }
+}
+
+/// The JSON-RPC answer to a tool call of a revision before 2026-07-28, shaped as
+/// rmcp shapes it for such a peer (no `resultType`, no non-object output): the
+/// direct paths of both transports (`http::direct`, `stdio`) answer with it.
+pub fn legacy_answer(
+    outcome: Result<CallToolResult, McpError>,
+    id: RequestId,
+) -> TxJsonRpcMessage<RoleServer> {
+    match outcome {
+        Ok(r) => {
+            let mut result = ServerResult::CallToolResult(r);
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            JsonRpcMessage::response(result, id)
+        }
+        Err(e) => JsonRpcMessage::error(e, Some(id)),
     }
 }
 

@@ -22,7 +22,6 @@ use anyhow::Context;
 use approval_core::ids::AgentName;
 use rmcp::model::{
     CallToolRequestParams, ClientRequest, ErrorCode, JsonRpcMessage, JsonRpcRequest, RequestId,
-    ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -673,15 +672,7 @@ async fn answer_direct(
     params: CallToolRequestParams,
     out: mpsc::Sender<String>,
 ) {
-    let answer: TxJsonRpcMessage<RoleServer> = match handler.call_stdio(params).await {
-        Ok(r) => {
-            let mut result = ServerResult::CallToolResult(r);
-            result.strip_result_type_for_legacy_peer();
-            result.strip_non_object_output_for_legacy_peer();
-            JsonRpcMessage::response(result, id)
-        }
-        Err(e) => JsonRpcMessage::error(e, Some(id)),
-    };
+    let answer = crate::mcp::legacy_answer(handler.call_stdio(params).await, id);
     match serde_json::to_string(&answer) {
         Ok(line) => {
             let _ = out.send(line).await;
