@@ -590,6 +590,124 @@ mod tests {
         );
     }
 
+    /// The one thread that may block in a flush: the embedded stdio session's own
+    /// (`store::flush_inline_on_this_thread`), under a current-thread runtime that
+    /// serves that session alone. The attack: make the session's flush hang (a disk
+    /// that stalls) to keep approvers out. While it hangs, the shared runtime's timer
+    /// fires, a new connection is served there and another writer waits there without
+    /// a worker; the session's own runtime stands still, which shows the flush ran
+    /// right there rather than on the blocking pool.
+    #[test]
+    fn a_flush_that_hangs_on_the_stdio_sessions_thread_stops_nothing_else() {
+        use std::io::{Read, Write};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let hang = Duration::from_secs(3);
+        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
+        store
+            .create(&record("p-1"), vec![], PendingLimits::default())
+            .unwrap();
+        let serve =
+            rt.block_on(async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() });
+        let serve_addr = serve.local_addr().unwrap();
+        rt.spawn(async move {
+            let (mut conn, _) = serve.accept().await.unwrap();
+            let mut b = [0u8; 1];
+            conn.read_exact(&mut b).await.unwrap();
+            conn.write_all(&b).await.unwrap();
+        });
+        let (tick, ticks) = std::sync::mpsc::channel();
+        rt.spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                every.tick().await;
+                if tick.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        // The session: its own thread and runtime, a ticker of its own, then its flush.
+        let (session_tick, session_ticks) = std::sync::mpsc::channel();
+        let (go, started) = std::sync::mpsc::channel::<()>();
+        let c = commit.clone();
+        let session = std::thread::spawn(move || {
+            let own = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            crate::store::flush_inline_on_this_thread();
+            own.block_on(async move {
+                tokio::spawn(async move {
+                    let mut every = tokio::time::interval(Duration::from_millis(10));
+                    loop {
+                        every.tick().await;
+                        if session_tick.send(()).is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                go.send(()).unwrap();
+                c.flush().await
+            })
+        });
+        started.recv().unwrap();
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!session.is_finished(), "the flush is hanging");
+
+        // The session's runtime stands still: its flush runs on its own thread.
+        while session_ticks.try_recv().is_ok() {}
+        assert!(
+            session_ticks
+                .recv_timeout(Duration::from_millis(300))
+                .is_err(),
+            "the session's runtime ran on while its flush hung: the flush was not inline"
+        );
+        // The shared runtime's timer keeps firing.
+        while ticks.try_recv().is_ok() {}
+        ticks
+            .recv_timeout(Duration::from_millis(700))
+            .expect("no timer fired on the shared runtime while the session's flush hung");
+        // A new connection is served there.
+        let mut other = std::net::TcpStream::connect(serve_addr).unwrap();
+        other
+            .set_read_timeout(Some(Duration::from_millis(700)))
+            .unwrap();
+        other.write_all(b"r").unwrap();
+        let mut echo = [0u8; 1];
+        other
+            .read_exact(&mut echo)
+            .expect("no socket was served while the session's flush hung");
+        // Another writer there waits for the flush under way, holding no worker.
+        store
+            .create(&record("p-2"), vec![], PendingLimits::default())
+            .unwrap();
+        let c = commit.clone();
+        let waiting = rt.spawn(async move { c.flush().await });
+        while ticks.try_recv().is_ok() {}
+        ticks
+            .recv_timeout(Duration::from_millis(700))
+            .expect("the shared runtime stopped behind a second writer");
+        assert!(t0.elapsed() < hang, "the checks ran while the flush hung");
+        assert!(!waiting.is_finished(), "the second flush waits");
+
+        session.join().unwrap().unwrap();
+        rt.block_on(async { waiting.await.unwrap().unwrap() });
+        assert!(t0.elapsed() >= hang - Duration::from_millis(100));
+        assert!(
+            halted.lock().unwrap().is_empty(),
+            "{:?}",
+            halted.lock().unwrap()
+        );
+    }
+
     #[test]
     fn a_write_that_hangs_stops_the_store_while_it_still_hangs() {
         // The write hangs for 3 s; the deadline is 0.2 s. The store must be failed

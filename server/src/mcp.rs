@@ -703,6 +703,32 @@ pub fn legacy_answer(
     }
 }
 
+/// A JSON-RPC request that is a tool call and nothing more.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainCall {
+    jsonrpc: String,
+    id: RequestId,
+    method: String,
+    params: CallToolRequestParams,
+}
+
+/// The id and parameters of `body` when it is exactly a JSON-RPC `tools/call` with no
+/// `_meta` and no input-required round trip: what rmcp would parse into the same
+/// parameters (the same type, read the same way) and hand to `call_tool` unchanged.
+/// Cheaper than rmcp's parse of any message, which buffers the whole request to
+/// find out which message it is. `None` for anything else, which is rmcp's to read.
+pub fn plain_call(body: &[u8]) -> Option<(RequestId, CallToolRequestParams)> {
+    let call: PlainCall = serde_json::from_slice(body).ok()?;
+    let p = &call.params;
+    let plain = call.jsonrpc == "2.0"
+        && call.method == "tools/call"
+        && p.meta.is_none()
+        && p.input_responses.is_none()
+        && p.request_state.is_none();
+    plain.then_some((call.id, call.params))
+}
+
 /// The refusal for a payload the exact-JSON check caught before rmcp parsed the request.
 pub fn invalid_payload_result(err: &approval_core::json::PayloadError) -> CallToolResult {
     let mut e = err.clone();

@@ -196,6 +196,11 @@ pub struct Service {
     reloads: tokio::sync::watch::Sender<u64>,
     /// Policies no longer in force that records still refer to, parsed once.
     old_policies: std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>,
+    /// The runtime the service was built on. An effect runs there whatever runtime
+    /// the execute came from: the embedded stdio session has a runtime of its own
+    /// (see `store::flush_inline_on_this_thread`), and an effect must neither wait
+    /// behind that session's flushes nor end with it.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 fn transition_refusal(
@@ -273,6 +278,7 @@ impl Service {
             forgeries: Default::default(),
             reloads: tokio::sync::watch::channel(0).0,
             old_policies: Default::default(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         })
     }
 
@@ -754,7 +760,11 @@ impl Service {
             .await?;
         // Run the effect in its own task: if the caller goes away, the outcome is still recorded.
         let svc = self.clone();
-        let handle = tokio::spawn(async move { svc.run_claimed(claimed).await });
+        let run = async move { svc.run_claimed(claimed).await };
+        let handle = match &self.runtime {
+            Some(rt) => rt.spawn(run),
+            None => tokio::spawn(run),
+        };
         match handle.await {
             Ok(r) => r,
             Err(e) => Err(ServiceError::new(

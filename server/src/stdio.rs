@@ -377,8 +377,7 @@ impl Embedded {
                 let _ = stop_rx.await;
             },
         ));
-        let (reader, writer) = stdio_streams();
-        let session = serve_lines(self.svc, self.identity, reader, writer);
+        let session = on_own_thread(self.svc, self.identity)?;
         tokio::select! {
             r = session => {
                 let _ = stop_tx.send(());
@@ -391,6 +390,51 @@ impl Embedded {
             }
         }
     }
+}
+
+/// Serves the session on a thread of its own, under a current-thread runtime that
+/// drives its pipes and timers and nothing else. That thread may then block in a
+/// flush of the session's own writes (`store::flush_inline_on_this_thread`): a
+/// sequential agent waits for that flush anyway, and the hand-off to the blocking
+/// pool and back, two thread wake-ups, was a tenth of a durable write's time. The
+/// approver API and `/mcp` stay on the shared runtime, which no flush blocks, so
+/// a disk that stalls the session never keeps a veto out. The future ends with the
+/// session.
+fn on_own_thread(
+    svc: Arc<Service>,
+    identity: Identity,
+) -> anyhow::Result<impl Future<Output = anyhow::Result<()>>> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("stdio-session".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = done_tx
+                        .send(Err(anyhow::Error::new(e)
+                            .context("cannot start the stdio session's runtime")));
+                    return;
+                }
+            };
+            crate::store::flush_inline_on_this_thread();
+            let r = rt.block_on(async move {
+                let (reader, writer) = stdio_streams();
+                serve_lines(svc, identity, reader, writer).await
+            });
+            let _ = done_tx.send(r);
+            // What the session left running (a call nobody waits for) ends here.
+            rt.shutdown_background();
+        })
+        .context("cannot start the stdio session's thread")?;
+    Ok(async move {
+        done_rx
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the stdio session's thread ended early")))
+    })
 }
 
 /// Our stdin and stdout as async streams. When they are pipes (as a host that
@@ -681,6 +725,31 @@ async fn answer_direct(
     }
 }
 
+/// Runs a direct tool call. Most (a status, a listing) finish without waiting on
+/// anything: they run right here, which saves a task and a wake-up per call. A call
+/// that waits (a durable write on the shared runtime, a long poll, a full output
+/// queue) goes on a task of its own from where it stopped, so the reader never
+/// waits for it.
+async fn run_direct(
+    handler: &McpHandler,
+    out: &mpsc::Sender<String>,
+    pending: &Arc<Pending>,
+    id: RequestId,
+    params: CallToolRequestParams,
+) {
+    let key = serde_json::to_string(&id).unwrap_or_default();
+    pending.add(key.clone());
+    let (handler, out, pending) = (handler.clone(), out.clone(), pending.clone());
+    let mut call = Box::pin(async move {
+        answer_direct(handler, id, params, out).await;
+        pending.done(&key);
+    });
+    let waiting = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending())).await;
+    if waiting {
+        tokio::spawn(call);
+    }
+}
+
 async fn read_lines<R: AsyncRead + Unpin>(
     reader: R,
     to_rmcp: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
@@ -751,33 +820,25 @@ async fn read_lines<R: AsyncRead + Unpin>(
             let _ = out.send(answer.to_string()).await;
             continue;
         }
+        // The hot path: a tool call goes straight to the handler (a long poll on a
+        // task of its own, so it does not hold the reader), and its answer straight
+        // to the writer: no hop through rmcp's session loop and its per-answer send
+        // task. A plain call is read as just that ([`crate::mcp::plain_call`]);
+        // anything else gets rmcp's parse, which may still find a direct call.
+        let legacy = initialized && negotiated.as_deref().is_some_and(|v| v < MODERN);
+        let plain = if legacy {
+            crate::mcp::plain_call(text.as_bytes())
+        } else {
+            None
+        };
+        if let Some((id, params)) = plain {
+            run_direct(&handler, &out, &pending, id, params).await;
+            continue;
+        }
         match serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(text) {
             Ok(mut msg) => {
-                // The hot path: a tool call goes straight to the handler on a task
-                // of its own (a long poll must not hold the reader), and its answer
-                // straight to the writer: no hop through rmcp's session loop and its
-                // per-answer send task.
-                let legacy = initialized && negotiated.as_deref().is_some_and(|v| v < MODERN);
                 if let Some((id, params)) = direct_call(&mut msg, legacy) {
-                    let key = serde_json::to_string(&id).unwrap_or_default();
-                    pending.add(key.clone());
-                    let (handler, out, pending) = (handler.clone(), out.clone(), pending.clone());
-                    let mut call = Box::pin(async move {
-                        answer_direct(handler, id, params, out).await;
-                        pending.done(&key);
-                    });
-                    // Most calls (a status, a listing) finish without waiting on
-                    // anything: they run right here, which saves a task and the
-                    // wake-up of another worker thread per call. A call that waits
-                    // (a durable write, a long poll, a full output queue) goes on a
-                    // task of its own from where it stopped, so the reader never
-                    // waits for it.
-                    let waiting =
-                        std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending()))
-                            .await;
-                    if waiting {
-                        tokio::spawn(call);
-                    }
+                    run_direct(&handler, &out, &pending, id, params).await;
                     continue;
                 }
                 if matches!(&msg, JsonRpcMessage::Notification(_))

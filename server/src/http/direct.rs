@@ -24,7 +24,6 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use rmcp::model::{CallToolRequestParams, RequestId};
-use serde::Deserialize;
 use std::sync::Arc;
 
 /// The revisions whose tool calls rmcp answers in the legacy shape and without
@@ -33,16 +32,6 @@ const LEGACY_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// The tools that change nothing stored.
 const READ_ONLY: [&str; 2] = ["approval_status", "approval_list"];
-
-/// A JSON-RPC request that is a tool call and nothing more.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainCall {
-    jsonrpc: String,
-    id: RequestId,
-    method: String,
-    params: CallToolRequestParams,
-}
 
 /// Which requests may skip rmcp: the Host values rmcp would accept.
 #[derive(Debug, Clone)]
@@ -65,14 +54,7 @@ impl DirectCalls {
         if !self.headers_pass(parts) {
             return None;
         }
-        let call: PlainCall = serde_json::from_slice(body).ok()?;
-        let p = &call.params;
-        let plain = call.jsonrpc == "2.0"
-            && call.method == "tools/call"
-            && p.meta.is_none()
-            && p.input_responses.is_none()
-            && p.request_state.is_none();
-        plain.then_some((call.id, call.params))
+        mcp::plain_call(body)
     }
 
     /// The headers of a request rmcp would serve statelessly with no check failing,

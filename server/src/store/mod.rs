@@ -346,6 +346,27 @@ pub trait Store: Send + Sync + 'static {
 /// Most times a flusher yields to let writers under way join its group.
 const GATHER_YIELDS: usize = 8;
 
+thread_local! {
+    /// Set on a thread that serves one stdio session and nothing else
+    /// ([`flush_inline_on_this_thread`]).
+    static FLUSH_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one whose blocking holds up nobody but its own session,
+/// so that [`GroupCommit::flush`] runs a flush asked for on it right there instead of
+/// handing it to the blocking pool and waiting to be woken (two thread wake-ups on
+/// every sequential durable write).
+///
+/// Only the embedded stdio session's thread is marked (`stdio::Embedded::run`): it
+/// runs a current-thread runtime of its own that drives that session's pipes and
+/// timers and nothing else. The approver API, `/mcp` and every other task stay on the
+/// shared runtime, whose workers never block in a flush (see [`GroupCommit::flush`]).
+/// A flush that hangs there stalls that one session, as the agent's own write does
+/// anyway, until the fail-stop watchdog ends the process.
+pub fn flush_inline_on_this_thread() {
+    FLUSH_HERE.with(|f| f.set(true));
+}
+
 /// Shares fsyncs between concurrent writers (group commit).
 pub struct GroupCommit {
     store: Arc<dyn Store>,
@@ -402,9 +423,16 @@ impl GroupCommit {
                 // #14, round 6: running a lone writer's flush inline saved two thread
                 // wake-ups and hung CI that way). Attack test:
                 // failstop::tests::a_flush_that_hangs_holds_no_worker_and_stops_no_socket_or_timer.
-                let r = tokio::task::spawn_blocking(move || store.flush_blocking())
-                    .await
-                    .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?;
+                //
+                // The one exception is a thread that serves a single stdio session and
+                // nothing else ([`flush_inline_on_this_thread`]).
+                let r = if FLUSH_HERE.with(std::cell::Cell::get) {
+                    store.flush_blocking()
+                } else {
+                    tokio::task::spawn_blocking(move || store.flush_blocking())
+                        .await
+                        .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?
+                };
                 let covered = target - *self.completed.borrow();
                 tracing::trace!(
                     micros = started.elapsed().as_micros() as u64,
