@@ -479,48 +479,33 @@ mod tests {
         }
     }
 
-    fn flush_hangs_on(workers: usize, round: usize) {
-        use std::io::{Read, Write};
+    /// The shared runtime of the flush-hang tests, set up before any flush: `workers`
+    /// workers, a connection echoed whenever it comes (on the returned address), and a
+    /// timer that ticks every 10 ms (into the returned receiver). Nothing is spawned
+    /// while a flush hangs until the checks are done: a spawn wakes a sleeping worker,
+    /// which would mend a stalled driver and hide the fault.
+    fn shared_runtime(
+        workers: usize,
+    ) -> (
+        tokio::runtime::Runtime,
+        std::net::SocketAddr,
+        std::sync::mpsc::Receiver<()>,
+    ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let dir = tempfile::tempdir().unwrap();
-        // Long enough for the three checks below (700 ms each at most) on a loaded machine.
-        let hang = Duration::from_secs(3);
-        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)
             .enable_all()
             .build()
             .unwrap();
-        let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
-        let first = record("p-1");
-        store
-            .create(&first, vec![], PendingLimits::default())
-            .unwrap();
-        let (wire, serve) = rt.block_on(async {
-            (
-                tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-                tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            )
-        });
-        let (wire_addr, serve_addr) = (wire.local_addr().unwrap(), serve.local_addr().unwrap());
-        // The write's request: a byte on a connection; its arrival starts the flush.
-        let c = commit.clone();
-        let lone = rt.spawn(async move {
-            let (mut conn, _) = wire.accept().await.unwrap();
-            let mut b = [0u8; 1];
-            conn.read_exact(&mut b).await.unwrap();
-            c.flush().await
-        });
-        // Another client's connection, served whenever it comes.
+        let serve =
+            rt.block_on(async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() });
+        let addr = serve.local_addr().unwrap();
         rt.spawn(async move {
             let (mut conn, _) = serve.accept().await.unwrap();
             let mut b = [0u8; 1];
             conn.read_exact(&mut b).await.unwrap();
             conn.write_all(&b).await.unwrap();
         });
-        // A timer that ticks all along. Nothing is spawned while the flush hangs until
-        // the checks below are done: a spawn wakes a sleeping worker, which would mend
-        // a stalled driver and hide the fault.
         let (tick, ticks) = std::sync::mpsc::channel();
         rt.spawn(async move {
             let mut every = tokio::time::interval(Duration::from_millis(10));
@@ -531,23 +516,27 @@ mod tests {
                 }
             }
         });
-        let mut request = std::net::TcpStream::connect(wire_addr).unwrap();
-        // The workers go idle, one of them parked on the driver, before the byte comes.
-        std::thread::sleep(Duration::from_millis(100));
-        let t0 = Instant::now();
-        request.write_all(b"w").unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!lone.is_finished(), "the flush is hanging");
-        let label = format!("{workers} worker(s), round {round}");
+        (rt, addr, ticks)
+    }
 
-        // The timer keeps firing.
+    /// The checks, made while a flush hangs, each timed by the test's own thread (700
+    /// ms at most): the shared runtime's timer fires, a new connection is served, and
+    /// a second writer (`p-2`) waits for the flush under way without holding a worker
+    /// (the timer still fires). Returns that writer's flush.
+    fn shared_runtime_keeps_serving(
+        label: &str,
+        rt: &tokio::runtime::Runtime,
+        addr: std::net::SocketAddr,
+        ticks: &std::sync::mpsc::Receiver<()>,
+        store: &Arc<FailStop>,
+        commit: &Arc<crate::store::GroupCommit>,
+    ) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+        use std::io::{Read, Write};
         while ticks.try_recv().is_ok() {}
         ticks
             .recv_timeout(Duration::from_millis(700))
             .unwrap_or_else(|_| panic!("{label}: no timer fired while a flush hung"));
-
-        // A new connection is served.
-        let mut other = std::net::TcpStream::connect(serve_addr).unwrap();
+        let mut other = std::net::TcpStream::connect(addr).unwrap();
         other
             .set_read_timeout(Some(Duration::from_millis(700)))
             .unwrap();
@@ -556,11 +545,8 @@ mod tests {
         other
             .read_exact(&mut echo)
             .unwrap_or_else(|e| panic!("{label}: no socket was served while a flush hung: {e}"));
-
-        // A second writer waits for the flush under way, holding no worker.
-        let second = record("p-2");
         store
-            .create(&second, vec![], PendingLimits::default())
+            .create(&record("p-2"), vec![], PendingLimits::default())
             .unwrap();
         let c = commit.clone();
         let waiting = rt.spawn(async move { c.flush().await });
@@ -568,11 +554,47 @@ mod tests {
         ticks
             .recv_timeout(Duration::from_millis(700))
             .unwrap_or_else(|_| panic!("{label}: the runtime stopped behind a second writer"));
+        assert!(!waiting.is_finished(), "{label}: the second flush waits");
+        waiting
+    }
+
+    fn flush_hangs_on(workers: usize, round: usize) {
+        use std::io::Write;
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Long enough for the three checks (700 ms each at most) on a loaded machine.
+        let hang = Duration::from_secs(3);
+        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
+        let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
+        store
+            .create(&record("p-1"), vec![], PendingLimits::default())
+            .unwrap();
+        let (rt, serve_addr, ticks) = shared_runtime(workers);
+        // The write's request: a byte on a connection; its arrival starts the flush.
+        let wire =
+            rt.block_on(async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() });
+        let wire_addr = wire.local_addr().unwrap();
+        let c = commit.clone();
+        let lone = rt.spawn(async move {
+            let (mut conn, _) = wire.accept().await.unwrap();
+            let mut b = [0u8; 1];
+            conn.read_exact(&mut b).await.unwrap();
+            c.flush().await
+        });
+        let mut request = std::net::TcpStream::connect(wire_addr).unwrap();
+        // The workers go idle, one of them parked on the driver, before the byte comes.
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        request.write_all(b"w").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!lone.is_finished(), "the flush is hanging");
+        let label = format!("{workers} worker(s), round {round}");
+        let waiting =
+            shared_runtime_keeps_serving(&label, &rt, serve_addr, &ticks, &store, &commit);
         assert!(
             t0.elapsed() < hang,
             "{label}: the checks ran while the flush hung"
         );
-        assert!(!waiting.is_finished(), "{label}: the second flush waits");
 
         rt.block_on(async {
             lone.await.unwrap().unwrap();
@@ -599,39 +621,14 @@ mod tests {
     /// right there rather than on the blocking pool.
     #[test]
     fn a_flush_that_hangs_on_the_stdio_sessions_thread_stops_nothing_else() {
-        use std::io::{Read, Write};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
         let hang = Duration::from_secs(3);
         let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
         let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
         store
             .create(&record("p-1"), vec![], PendingLimits::default())
             .unwrap();
-        let serve =
-            rt.block_on(async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() });
-        let serve_addr = serve.local_addr().unwrap();
-        rt.spawn(async move {
-            let (mut conn, _) = serve.accept().await.unwrap();
-            let mut b = [0u8; 1];
-            conn.read_exact(&mut b).await.unwrap();
-            conn.write_all(&b).await.unwrap();
-        });
-        let (tick, ticks) = std::sync::mpsc::channel();
-        rt.spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(10));
-            loop {
-                every.tick().await;
-                if tick.send(()).is_err() {
-                    return;
-                }
-            }
-        });
+        let (rt, serve_addr, ticks) = shared_runtime(2);
         // The session: its own thread and runtime, a ticker of its own, then its flush.
         let (session_tick, session_ticks) = std::sync::mpsc::channel();
         let (go, started) = std::sync::mpsc::channel::<()>();
@@ -670,33 +667,15 @@ mod tests {
                 .is_err(),
             "the session's runtime ran on while its flush hung: the flush was not inline"
         );
-        // The shared runtime's timer keeps firing.
-        while ticks.try_recv().is_ok() {}
-        ticks
-            .recv_timeout(Duration::from_millis(700))
-            .expect("no timer fired on the shared runtime while the session's flush hung");
-        // A new connection is served there.
-        let mut other = std::net::TcpStream::connect(serve_addr).unwrap();
-        other
-            .set_read_timeout(Some(Duration::from_millis(700)))
-            .unwrap();
-        other.write_all(b"r").unwrap();
-        let mut echo = [0u8; 1];
-        other
-            .read_exact(&mut echo)
-            .expect("no socket was served while the session's flush hung");
-        // Another writer there waits for the flush under way, holding no worker.
-        store
-            .create(&record("p-2"), vec![], PendingLimits::default())
-            .unwrap();
-        let c = commit.clone();
-        let waiting = rt.spawn(async move { c.flush().await });
-        while ticks.try_recv().is_ok() {}
-        ticks
-            .recv_timeout(Duration::from_millis(700))
-            .expect("the shared runtime stopped behind a second writer");
+        let waiting = shared_runtime_keeps_serving(
+            "the session's flush",
+            &rt,
+            serve_addr,
+            &ticks,
+            &store,
+            &commit,
+        );
         assert!(t0.elapsed() < hang, "the checks ran while the flush hung");
-        assert!(!waiting.is_finished(), "the second flush waits");
 
         session.join().unwrap().unwrap();
         rt.block_on(async { waiting.await.unwrap().unwrap() });

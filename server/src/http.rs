@@ -433,37 +433,34 @@ mod tests {
     }
 }
 
+/// A real service over a fresh store, and a listener for a router over it.
 #[cfg(test)]
-mod body_deadline {
-    use super::*;
+pub(crate) mod testing {
     use crate::config::ConfigSource;
     use crate::run::{self, ServeOptions};
-    use std::time::{Duration, Instant};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use crate::service::Service;
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::sync::Arc;
 
-    const DEADLINE: Duration = Duration::from_millis(400);
-
-    /// `/mcp` of a real service over a fresh store, with a short body deadline.
-    async fn serve() -> (SocketAddr, tempfile::TempDir) {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    /// The repository's policies, with `keys` for a keyring (`keys.example` without).
+    pub async fn service(keys: Option<&Path>) -> (Arc<Service>, tempfile::TempDir) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = tempfile::tempdir().unwrap();
         let source = ConfigSource {
             policies: root.join("policies"),
-            keys: root.join("keys.example"),
+            keys: keys.map_or_else(|| root.join("keys.example"), Path::to_path_buf),
             agents: None,
             embedded_policies: None,
         };
         let listen = "127.0.0.1:0".parse().unwrap();
         let opts = ServeOptions::local(dir.path().join("data"), source, listen);
-        let svc = run::start(&opts).await.unwrap();
-        let router = mcp_router(
-            svc.clone(),
-            &McpOptions {
-                body_read_timeout: DEADLINE,
-                ..Default::default()
-            },
-        )
-        .merge(approver_api::router_with_deadline(svc, DEADLINE));
+        (run::start(&opts).await.unwrap(), dir)
+    }
+
+    /// Serves `router` on a free loopback port (with the peer address, which `/mcp`'s
+    /// loopback check reads).
+    pub async fn listen(router: axum::Router) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -473,7 +470,30 @@ mod body_deadline {
             )
             .await
         });
-        (addr, dir)
+        addr
+    }
+}
+
+#[cfg(test)]
+mod body_deadline {
+    use super::*;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const DEADLINE: Duration = Duration::from_millis(400);
+
+    /// `/mcp` of a real service over a fresh store, with a short body deadline.
+    async fn serve() -> (SocketAddr, tempfile::TempDir) {
+        let (svc, dir) = testing::service(None).await;
+        let router = mcp_router(
+            svc.clone(),
+            &McpOptions {
+                body_read_timeout: DEADLINE,
+                ..Default::default()
+            },
+        )
+        .merge(approver_api::router_with_deadline(svc, DEADLINE));
+        (testing::listen(router).await, dir)
     }
 
     /// Sends a POST announcing `body.len()` bytes, then the body one byte every

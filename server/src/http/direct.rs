@@ -331,24 +331,10 @@ mod tests {
 /// byte for byte (status, content type and body).
 #[cfg(test)]
 mod side_by_side {
-    use crate::config::ConfigSource;
+    use crate::http::testing::{listen, service};
     use crate::http::{mcp_router, McpOptions};
-    use crate::run::{self, ServeOptions};
     use serde_json::{json, Value};
     use std::net::SocketAddr;
-
-    async fn listen(router: axum::Router) -> SocketAddr {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-        });
-        addr
-    }
 
     async fn post(
         client: &reqwest::Client,
@@ -381,20 +367,7 @@ mod side_by_side {
 
     #[tokio::test]
     async fn the_direct_path_answers_byte_for_byte_as_rmcp_does() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dir = tempfile::tempdir().unwrap();
-        let source = ConfigSource {
-            policies: root.join("policies"),
-            keys: root.join("keys.example"),
-            agents: None,
-            embedded_policies: None,
-        };
-        let opts = ServeOptions::local(
-            dir.path().join("data"),
-            source,
-            "127.0.0.1:0".parse().unwrap(),
-        );
-        let svc = run::start(&opts).await.unwrap();
+        let (svc, _dir) = service(None).await;
         let direct = listen(mcp_router(svc.clone(), &McpOptions::default())).await;
         let via_rmcp = listen(mcp_router(
             svc.clone(),
@@ -521,7 +494,6 @@ mod side_by_side {
         use approval_core::message::{Decision, SignedDecision};
         use approval_core::status::Status;
         use ed25519_dalek::SigningKey;
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = tempfile::tempdir().unwrap();
         let signers: Vec<(&str, SigningKey)> = [("alice", 1u8), ("bob", 2), ("carol", 3)]
             .into_iter()
@@ -532,18 +504,7 @@ mod side_by_side {
             .map(|(n, k)| format!("{n} ed25519 {}\n", PublicKey::from_signing_key(k)))
             .collect();
         std::fs::write(dir.path().join("keys"), keyring).unwrap();
-        let source = ConfigSource {
-            policies: root.join("policies"),
-            keys: dir.path().join("keys"),
-            agents: None,
-            embedded_policies: None,
-        };
-        let opts = ServeOptions::local(
-            dir.path().join("data"),
-            source,
-            "127.0.0.1:0".parse().unwrap(),
-        );
-        let svc = run::start(&opts).await.unwrap();
+        let (svc, _data) = service(Some(&dir.path().join("keys"))).await;
         let agent = AgentName::parse("local").unwrap();
         let (rec, _) = svc
             .prepare(&agent, "note.write", json!({"text": "once"}), None)
