@@ -479,6 +479,39 @@ mod tests {
         }
     }
 
+    /// How long the flush-hang tests hold their flush: long enough for the three
+    /// checks (700 ms each at most) on a loaded machine.
+    const HANG: Duration = Duration::from_secs(3);
+
+    /// A store whose flushes hang for [`HANG`], with one write (`p-1`) waiting for
+    /// its flush, and the group commit over it.
+    #[allow(clippy::type_complexity)]
+    fn hanging_flush() -> (
+        tempfile::TempDir,
+        Arc<FailStop>,
+        Arc<Mutex<Vec<String>>>,
+        Arc<crate::store::GroupCommit>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(HANG), STALL_DEADLINE);
+        let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
+        store
+            .create(&record("p-1"), vec![], PendingLimits::default())
+            .unwrap();
+        (dir, store, halted, commit)
+    }
+
+    /// Sends a tick every 10 ms until nobody listens.
+    async fn ticker(tick: std::sync::mpsc::Sender<()>) {
+        let mut every = tokio::time::interval(Duration::from_millis(10));
+        loop {
+            every.tick().await;
+            if tick.send(()).is_err() {
+                return;
+            }
+        }
+    }
+
     /// The shared runtime of the flush-hang tests, set up before any flush: `workers`
     /// workers, a connection echoed whenever it comes (on the returned address), and a
     /// timer that ticks every 10 ms (into the returned receiver). Nothing is spawned
@@ -507,15 +540,7 @@ mod tests {
             conn.write_all(&b).await.unwrap();
         });
         let (tick, ticks) = std::sync::mpsc::channel();
-        rt.spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(10));
-            loop {
-                every.tick().await;
-                if tick.send(()).is_err() {
-                    return;
-                }
-            }
-        });
+        rt.spawn(ticker(tick));
         (rt, addr, ticks)
     }
 
@@ -561,14 +586,7 @@ mod tests {
     fn flush_hangs_on(workers: usize, round: usize) {
         use std::io::Write;
         use tokio::io::AsyncReadExt;
-        let dir = tempfile::tempdir().unwrap();
-        // Long enough for the three checks (700 ms each at most) on a loaded machine.
-        let hang = Duration::from_secs(3);
-        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
-        let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
-        store
-            .create(&record("p-1"), vec![], PendingLimits::default())
-            .unwrap();
+        let (_dir, store, halted, commit) = hanging_flush();
         let (rt, serve_addr, ticks) = shared_runtime(workers);
         // The write's request: a byte on a connection; its arrival starts the flush.
         let wire =
@@ -592,7 +610,7 @@ mod tests {
         let waiting =
             shared_runtime_keeps_serving(&label, &rt, serve_addr, &ticks, &store, &commit);
         assert!(
-            t0.elapsed() < hang,
+            t0.elapsed() < HANG,
             "{label}: the checks ran while the flush hung"
         );
 
@@ -600,7 +618,7 @@ mod tests {
             lone.await.unwrap().unwrap();
             waiting.await.unwrap().unwrap();
         });
-        assert!(t0.elapsed() >= hang);
+        assert!(t0.elapsed() >= HANG);
         assert!(
             commit.fsync_count() >= 2,
             "{label}: the second write got a flush of its own"
@@ -621,13 +639,7 @@ mod tests {
     /// right there rather than on the blocking pool.
     #[test]
     fn a_flush_that_hangs_on_the_stdio_sessions_thread_stops_nothing_else() {
-        let dir = tempfile::tempdir().unwrap();
-        let hang = Duration::from_secs(3);
-        let (store, halted) = faulty(&dir, Fault::None, Fault::Hang(hang), STALL_DEADLINE);
-        let commit = Arc::new(crate::store::GroupCommit::new(store.clone()));
-        store
-            .create(&record("p-1"), vec![], PendingLimits::default())
-            .unwrap();
+        let (_dir, store, halted, commit) = hanging_flush();
         let (rt, serve_addr, ticks) = shared_runtime(2);
         // The session: its own thread and runtime, a ticker of its own, then its flush.
         let (session_tick, session_ticks) = std::sync::mpsc::channel();
@@ -640,15 +652,7 @@ mod tests {
                 .unwrap();
             crate::store::flush_inline_on_this_thread();
             own.block_on(async move {
-                tokio::spawn(async move {
-                    let mut every = tokio::time::interval(Duration::from_millis(10));
-                    loop {
-                        every.tick().await;
-                        if session_tick.send(()).is_err() {
-                            return;
-                        }
-                    }
-                });
+                tokio::spawn(ticker(session_tick));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 go.send(()).unwrap();
                 c.flush().await
@@ -675,11 +679,11 @@ mod tests {
             &store,
             &commit,
         );
-        assert!(t0.elapsed() < hang, "the checks ran while the flush hung");
+        assert!(t0.elapsed() < HANG, "the checks ran while the flush hung");
 
         session.join().unwrap().unwrap();
         rt.block_on(async { waiting.await.unwrap().unwrap() });
-        assert!(t0.elapsed() >= hang - Duration::from_millis(100));
+        assert!(t0.elapsed() >= HANG - Duration::from_millis(100));
         assert!(
             halted.lock().unwrap().is_empty(),
             "{:?}",

@@ -726,10 +726,10 @@ async fn answer_direct(
 }
 
 /// Runs a direct tool call. Most (a status, a listing) finish without waiting on
-/// anything: they run right here, which saves a task and a wake-up per call. A call
-/// that waits (a durable write on the shared runtime, a long poll, a full output
-/// queue) goes on a task of its own from where it stopped, so the reader never
-/// waits for it.
+/// anything: they run right here, which saves a task and a wake-up per call (a lone
+/// durable write too: its flush runs inline on the session's thread). A call that
+/// waits (for another writer's flush, an effect, a long poll, a full output queue)
+/// goes on a task of its own from where it stopped, so the reader never waits for it.
 async fn run_direct(
     handler: &McpHandler,
     out: &mpsc::Sender<String>,

@@ -26,6 +26,9 @@ use axum::response::Response;
 use rmcp::model::{CallToolRequestParams, RequestId};
 use std::sync::Arc;
 
+/// The header that names the request's protocol revision.
+const VERSION_HEADER: &str = "mcp-protocol-version";
+
 /// The revisions whose tool calls rmcp answers in the legacy shape and without
 /// standard-header checks (those start at 2026-07-28). No header means 2025-03-26.
 const LEGACY_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -82,17 +85,14 @@ impl DirectCalls {
                         .next()
                         .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
             });
-        let version_ok = match h.get_all("mcp-protocol-version").iter().count() {
-            0 => true,
-            1 => h
-                .get("mcp-protocol-version")
+        // No header means 2025-03-26; more than one is rmcp's to judge.
+        let version_ok = !h.contains_key(VERSION_HEADER)
+            || only(h, header::HeaderName::from_static(VERSION_HEADER))
                 .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| LEGACY_VERSIONS.contains(&v)),
-            _ => false,
-        };
+                .is_some_and(|v| LEGACY_VERSIONS.contains(&v));
         let other_mcp = h.keys().any(|k| {
             let k = k.as_str();
-            k.starts_with("mcp-") && k != "mcp-protocol-version"
+            k.starts_with("mcp-") && k != VERSION_HEADER
         });
         host_ok && accept_ok && type_ok && version_ok && !other_mcp
     }
