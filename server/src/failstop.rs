@@ -273,6 +273,16 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.page(index, after, limit, keep)
     }
+    fn page_records(
+        &self,
+        index: &crate::store::ListIndex,
+        after: Option<&crate::store::Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
+    ) -> Result<crate::store::RecordPage, StoreError> {
+        self.refused()?;
+        self.inner.page_records(index, after, limit, keep)
+    }
     fn due(
         &self,
         now: Timestamp,
@@ -386,6 +396,15 @@ mod tests {
             keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
         ) -> Result<crate::store::HeadPage, StoreError> {
             self.inner.page(index, after, limit, keep)
+        }
+        fn page_records(
+            &self,
+            index: &crate::store::ListIndex,
+            after: Option<&crate::store::Cursor>,
+            limit: usize,
+            keep: &mut dyn FnMut(&crate::store::RecordHead) -> bool,
+        ) -> Result<crate::store::RecordPage, StoreError> {
+            self.inner.page_records(index, after, limit, keep)
         }
         fn due(&self, n: Timestamp, l: usize) -> Result<Vec<crate::store::RecordHead>, StoreError> {
             self.inner.due(n, l)

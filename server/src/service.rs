@@ -882,8 +882,9 @@ impl Service {
     }
 
     /// One page of the proposals an approver may decide on, newest first, after
-    /// `cursor`, by status (expiry applied). Walks the status indexes decoding heads
-    /// only, and reads in full just the records of the page it returns.
+    /// `cursor`, by status (expiry applied). Walks the status indexes reading each
+    /// record once ([`Store::page_records`]): a second lookup per record would cost
+    /// more the larger the store grows.
     pub fn list_for_approver(
         &self,
         approver: &ApproverName,
@@ -898,7 +899,7 @@ impl Service {
             Some(s) => vec![s],
             None => Status::ALL.to_vec(),
         };
-        let page = self.store.page(
+        let page = self.store.page_records(
             &ListIndex::Statuses(stored),
             cursor,
             limit.clamp(1, MAX_LIST),
@@ -913,14 +914,7 @@ impl Service {
                         .is_ok_and(|p| p.is_approver(approver))
             },
         )?;
-        let mut out = Vec::with_capacity(page.heads.len());
-        for h in &page.heads {
-            // Gone since the walk (not possible today: records are never deleted).
-            if let Some(rec) = self.store.get(&h.preview.proposal_id)? {
-                out.push(rec);
-            }
-        }
-        Ok((out, page.next))
+        Ok((page.records, page.next))
     }
 
     /// Records a signed decision (idempotently) and applies what it causes. A failed

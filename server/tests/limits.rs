@@ -1171,6 +1171,15 @@ impl Store for GatedStore {
     ) -> Result<approval_server::store::HeadPage, approval_server::store::StoreError> {
         self.inner.page(index, after, limit, keep)
     }
+    fn page_records(
+        &self,
+        index: &approval_server::store::ListIndex,
+        after: Option<&approval_server::store::Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&approval_server::store::RecordHead) -> bool,
+    ) -> Result<approval_server::store::RecordPage, approval_server::store::StoreError> {
+        self.inner.page_records(index, after, limit, keep)
+    }
     fn count_status(
         &self,
         status: approval_core::Status,

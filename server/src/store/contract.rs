@@ -203,6 +203,45 @@ pub fn run(store: &dyn Store) {
     let withdrawn = ListIndex::Statuses(vec![Status::Withdrawn]);
     let w = store.page(&withdrawn, None, 10, &mut |_| true).unwrap();
     assert_eq!(heads(&w), vec![b.id().clone()]);
+    // Whole-record pages walk the same index the same way, and hold each record
+    // as `get` reads it.
+    for (index, limit) in [(&all, 1), (&all, 10), (&agent1, 10), (&withdrawn, 10)] {
+        let mut after = None;
+        loop {
+            let h = store
+                .page(index, after.as_ref(), limit, &mut |_| true)
+                .unwrap();
+            let r = store
+                .page_records(index, after.as_ref(), limit, &mut |_| true)
+                .unwrap();
+            assert_eq!(r.next, h.next, "{index:?} after {after:?}");
+            let whole: Vec<ProposalRecord> = r.records;
+            assert_eq!(
+                whole.iter().map(|r| r.id().clone()).collect::<Vec<_>>(),
+                heads(&h)
+            );
+            for rec in &whole {
+                assert_eq!(Some(rec), store.get(rec.id()).unwrap().as_ref());
+            }
+            match h.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+    }
+    let approved_whole = store
+        .page_records(&all, None, 10, &mut |h| {
+            h.lifecycle.status == Status::Approved
+        })
+        .unwrap();
+    assert_eq!(
+        approved_whole
+            .records
+            .iter()
+            .map(|r| r.id().clone())
+            .collect::<Vec<_>>(),
+        vec![a.id().clone()]
+    );
     assert_eq!(
         Cursor::parse("1800000000.p-a").map(|c| c.id),
         Some(a.id().clone())

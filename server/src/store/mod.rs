@@ -204,11 +204,42 @@ pub struct PreviewHead {
     pub policy_sha256: Sha256Hex,
 }
 
+/// What a listing returns for each record it keeps: just the head it judged
+/// ([`Store::page`]), or the whole record ([`Store::page_records`]). A walk decodes
+/// every entry's head, and only a kept entry's whole record, so an entry the filter
+/// skips costs no more in a whole-record listing.
+pub(crate) trait Listed: Sized {
+    /// What a kept entry gives: its head, and the record's stored JSON.
+    fn kept(head: RecordHead, json: &[u8]) -> serde_json::Result<Self>;
+}
+
+impl Listed for RecordHead {
+    fn kept(head: RecordHead, _: &[u8]) -> serde_json::Result<Self> {
+        Ok(head)
+    }
+}
+
+impl Listed for ProposalRecord {
+    /// The same bytes as the head, so the same schema version.
+    fn kept(_: RecordHead, json: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(json)
+    }
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone, Default)]
 pub struct HeadPage {
     /// The records that matched, newest first.
     pub heads: Vec<RecordHead>,
+    /// Where the next page starts; `None` when the index is exhausted.
+    pub next: Option<Cursor>,
+}
+
+/// One page of a listing that shows whole records.
+#[derive(Debug, Clone, Default)]
+pub struct RecordPage {
+    /// The records that matched, newest first.
+    pub records: Vec<ProposalRecord>,
     /// Where the next page starts; `None` when the index is exhausted.
     pub next: Option<Cursor>,
 }
@@ -261,6 +292,16 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         keep: &mut dyn FnMut(&RecordHead) -> bool,
     ) -> Result<HeadPage, StoreError>;
+    /// As [`Store::page`], but returns the whole records `keep` accepts, each read
+    /// once: a listing that shows records must not look each up again after the
+    /// walk, since in a large store every lookup costs more than the walk's read.
+    fn page_records(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<RecordPage, StoreError>;
     /// Up to `limit` records whose deadline ([`Lifecycle::deadline`]) has passed at
     /// `now`, earliest first: what the expiry sweep ends. Costs the number of
     /// records due, not the number alive.

@@ -295,12 +295,6 @@ fn decode_record(id: &str, body: &str) -> Result<ProposalRecord, StoreError> {
     Ok(rec)
 }
 
-fn decode_head(id: &str, body: &str) -> Result<RecordHead, StoreError> {
-    let head: RecordHead = serde_json::from_str(body).map_err(|e| corrupt(id, e))?;
-    check_schema(id, head.schema)?;
-    Ok(head)
-}
-
 fn deadline_of(rec: &ProposalRecord) -> Option<i64> {
     rec.lifecycle.deadline().map(|d| d.unix())
 }
@@ -908,11 +902,91 @@ impl Param {
 
 fn head_row(r: &Row) -> Result<(Cursor, RecordHead), StoreError> {
     let id: &str = r.get(0);
-    let head = decode_head(id, r.get(1))?;
+    let head: RecordHead = serde_json::from_str(r.get(1)).map_err(|e| corrupt(id, e))?;
+    check_schema(id, head.schema)?;
     Ok((
         Cursor::of(head.preview.created_at, &head.preview.proposal_id),
         head,
     ))
+}
+
+impl PgStore {
+    /// The walk behind [`Store::page`] and [`Store::page_records`]: each row's head is
+    /// what `keep` judges, and a kept row gives a `T`.
+    fn walk<T: Listed>(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<(Vec<T>, Option<Cursor>), StoreError> {
+        let filter = match index {
+            ListIndex::Agent(a) => ("agent = $1", Param::Text(a.as_str().into())),
+            ListIndex::Statuses(st) => (
+                "status = ANY($1)",
+                Param::Texts(st.iter().map(|s| s.as_str().to_owned()).collect()),
+            ),
+        };
+        let mut pos = after.cloned();
+        let mut out = Vec::new();
+        let mut scanned = 0usize;
+        loop {
+            // One chunk of the index after `pos`, newest first; one row more than
+            // used tells whether anything remains.
+            let (cond, p0) = (
+                filter.0,
+                match &filter.1 {
+                    Param::Text(s) => Param::Text(s.clone()),
+                    Param::Texts(v) => Param::Texts(v.clone()),
+                    Param::Int(i) => Param::Int(*i),
+                },
+            );
+            let pool = self.pool.clone();
+            let p = pos.clone();
+            let rows: Vec<Row> = self.block(async move {
+                let c = pool.get().await.map_err(pool_err)?;
+                match p {
+                    Some(p) => {
+                        let sql = format!(
+                            "SELECT id, body FROM records WHERE {cond} AND (created, id) < ($2, $3) \
+                             ORDER BY created DESC, id DESC LIMIT $4"
+                        );
+                        c.query(
+                            &sql,
+                            &[p0.as_sql(), &p.created.unix(), &p.id.to_string(), &(PAGE_CHUNK + 1)],
+                        )
+                        .await
+                    }
+                    None => {
+                        let sql = format!(
+                            "SELECT id, body FROM records WHERE {cond} ORDER BY created DESC, id DESC LIMIT $2"
+                        );
+                        c.query(&sql, &[p0.as_sql(), &(PAGE_CHUNK + 1)]).await
+                    }
+                }
+                .map_err(pg_err)
+            })?;
+            let more_after_chunk = rows.len() as i64 > PAGE_CHUNK;
+            let n = rows.len().min(PAGE_CHUNK as usize);
+            for (i, row) in rows.iter().take(n).enumerate() {
+                let (here, head) = head_row(row)?;
+                scanned += 1;
+                if keep(&head) {
+                    let body: &str = row.get(1);
+                    let item = T::kept(head, body.as_bytes());
+                    out.push(item.map_err(|e| corrupt(&here.id.to_string(), e))?);
+                }
+                if out.len() >= limit || scanned >= MAX_PAGE_SCAN {
+                    let more = i + 1 < n || more_after_chunk;
+                    return Ok((out, more.then_some(here)));
+                }
+                pos = Some(here);
+            }
+            if !more_after_chunk {
+                return Ok((out, None));
+            }
+        }
+    }
 }
 
 impl Store for PgStore {
@@ -1098,71 +1172,19 @@ impl Store for PgStore {
         limit: usize,
         keep: &mut dyn FnMut(&RecordHead) -> bool,
     ) -> Result<HeadPage, StoreError> {
-        let filter = match index {
-            ListIndex::Agent(a) => ("agent = $1", Param::Text(a.as_str().into())),
-            ListIndex::Statuses(st) => (
-                "status = ANY($1)",
-                Param::Texts(st.iter().map(|s| s.as_str().to_owned()).collect()),
-            ),
-        };
-        let mut pos = after.cloned();
-        let mut out = HeadPage::default();
-        let mut scanned = 0usize;
-        loop {
-            // One chunk of the index after `pos`, newest first; one row more than
-            // used tells whether anything remains.
-            let (cond, p0) = (
-                filter.0,
-                match &filter.1 {
-                    Param::Text(s) => Param::Text(s.clone()),
-                    Param::Texts(v) => Param::Texts(v.clone()),
-                    Param::Int(i) => Param::Int(*i),
-                },
-            );
-            let pool = self.pool.clone();
-            let p = pos.clone();
-            let rows: Vec<(Cursor, RecordHead)> = self.block(async move {
-                let c = pool.get().await.map_err(pool_err)?;
-                let rows = match p {
-                    Some(p) => {
-                        let sql = format!(
-                            "SELECT id, body FROM records WHERE {cond} AND (created, id) < ($2, $3) \
-                             ORDER BY created DESC, id DESC LIMIT $4"
-                        );
-                        c.query(
-                            &sql,
-                            &[p0.as_sql(), &p.created.unix(), &p.id.to_string(), &(PAGE_CHUNK + 1)],
-                        )
-                        .await
-                    }
-                    None => {
-                        let sql = format!(
-                            "SELECT id, body FROM records WHERE {cond} ORDER BY created DESC, id DESC LIMIT $2"
-                        );
-                        c.query(&sql, &[p0.as_sql(), &(PAGE_CHUNK + 1)]).await
-                    }
-                }
-                .map_err(pg_err)?;
-                rows.iter().map(head_row).collect()
-            })?;
-            let more_after_chunk = rows.len() as i64 > PAGE_CHUNK;
-            let n = rows.len().min(PAGE_CHUNK as usize);
-            for (i, (here, head)) in rows.into_iter().take(n).enumerate() {
-                scanned += 1;
-                if keep(&head) {
-                    out.heads.push(head);
-                }
-                if out.heads.len() >= limit || scanned >= MAX_PAGE_SCAN {
-                    let more = i + 1 < n || more_after_chunk;
-                    out.next = more.then_some(here);
-                    return Ok(out);
-                }
-                pos = Some(here);
-            }
-            if !more_after_chunk {
-                return Ok(out);
-            }
-        }
+        let (heads, next) = self.walk(index, after, limit, keep)?;
+        Ok(HeadPage { heads, next })
+    }
+
+    fn page_records(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<RecordPage, StoreError> {
+        let (records, next) = self.walk(index, after, limit, keep)?;
+        Ok(RecordPage { records, next })
     }
 
     fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError> {

@@ -451,6 +451,99 @@ impl SledStore {
     }
 }
 
+impl SledStore {
+    /// The walk behind [`Store::page`] and [`Store::page_records`]: each entry's
+    /// record is read once; its head is what `keep` judges, and a kept entry gives a `T`.
+    fn walk<T: Listed>(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<(Vec<T>, Option<Cursor>), StoreError> {
+        let prefixes: Vec<Vec<u8>> = match index {
+            ListIndex::Agent(a) => vec![key::index_prefix(key::BY_AGENT, a.as_str())],
+            ListIndex::Statuses(st) => st
+                .iter()
+                .map(|s| key::index_prefix(key::BY_STATUS, s.as_str()))
+                .collect(),
+        };
+        // One reverse range per prefix, ending just before the cursor's position;
+        // merged by position (creation time, then id), newest first.
+        let mut walks = Vec::with_capacity(prefixes.len());
+        for p in &prefixes {
+            let end = match after {
+                Some(c) => [
+                    p.as_slice(),
+                    &key::secs_of(c.created),
+                    c.id.as_str().as_bytes(),
+                ]
+                .concat(),
+                None => key::prefix_end(p),
+            };
+            walks.push((p.len(), self.tree.range(p.clone()..end).rev().peekable()));
+        }
+        let mut out = Vec::new();
+        let mut scanned = 0usize;
+        loop {
+            // The walk whose next entry is the newest.
+            let mut best: Option<(usize, Vec<u8>)> = None;
+            for (i, (plen, w)) in walks.iter_mut().enumerate() {
+                let pos = match w.peek() {
+                    None => continue,
+                    Some(Err(_)) => {
+                        if let Some(Err(e)) = w.next() {
+                            return Err(e.into());
+                        }
+                        continue;
+                    }
+                    Some(Ok((k, _))) => k.get(*plen..).unwrap_or_default().to_vec(),
+                };
+                if best.as_ref().is_none_or(|(_, b)| pos > *b) {
+                    best = Some((i, pos));
+                }
+            }
+            let Some((i, pos)) = best else {
+                return Ok((out, None));
+            };
+            let (plen, w) = &mut walks[i];
+            let Some(Ok((k, _))) = w.next() else {
+                continue;
+            };
+            let Some(id) = k.get(*plen + 8..) else {
+                return Err(corrupt(&k, "index key too short"));
+            };
+            let created = <[u8; 8]>::try_from(&pos[..8])
+                .map(|b| Timestamp::from_unix(i64::from_be_bytes(b)))
+                .ok();
+            let id_str = String::from_utf8_lossy(id).into_owned();
+            let here = match (created, ProposalId::parse(&id_str).ok()) {
+                (Some(c), Some(id)) => Cursor::of(c, &id),
+                _ => return Err(corrupt(&k, "index key does not name a record")),
+            };
+            scanned += 1;
+            let rk = [key::RECORD, id].concat();
+            if let Some(v) = self.tree.get(&rk)? {
+                let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
+                check_schema(&rk, head.schema)?;
+                // A reader may see an index entry a moment before or after its record
+                // changes; what it returns always matches the index it walks.
+                let in_index = match index {
+                    ListIndex::Agent(a) => &head.preview.requested_by == a,
+                    ListIndex::Statuses(st) => st.contains(&head.lifecycle.status),
+                };
+                if in_index && keep(&head) {
+                    out.push(T::kept(head, &v).map_err(|e| corrupt(&rk, e))?);
+                }
+            }
+            if out.len() >= limit || scanned >= MAX_PAGE_SCAN {
+                let more = walks.iter_mut().any(|(_, w)| w.peek().is_some());
+                return Ok((out, more.then_some(here)));
+            }
+        }
+    }
+}
+
 impl Store for SledStore {
     fn server_id(&self) -> &ServerId {
         &self.server_id
@@ -607,87 +700,19 @@ impl Store for SledStore {
         limit: usize,
         keep: &mut dyn FnMut(&RecordHead) -> bool,
     ) -> Result<HeadPage, StoreError> {
-        let prefixes: Vec<Vec<u8>> = match index {
-            ListIndex::Agent(a) => vec![key::index_prefix(key::BY_AGENT, a.as_str())],
-            ListIndex::Statuses(st) => st
-                .iter()
-                .map(|s| key::index_prefix(key::BY_STATUS, s.as_str()))
-                .collect(),
-        };
-        // One reverse range per prefix, ending just before the cursor's position;
-        // merged by position (creation time, then id), newest first.
-        let mut walks = Vec::with_capacity(prefixes.len());
-        for p in &prefixes {
-            let end = match after {
-                Some(c) => [
-                    p.as_slice(),
-                    &key::secs_of(c.created),
-                    c.id.as_str().as_bytes(),
-                ]
-                .concat(),
-                None => key::prefix_end(p),
-            };
-            walks.push((p.len(), self.tree.range(p.clone()..end).rev().peekable()));
-        }
-        let mut out = HeadPage::default();
-        let mut scanned = 0usize;
-        loop {
-            // The walk whose next entry is the newest.
-            let mut best: Option<(usize, Vec<u8>)> = None;
-            for (i, (plen, w)) in walks.iter_mut().enumerate() {
-                let pos = match w.peek() {
-                    None => continue,
-                    Some(Err(_)) => {
-                        if let Some(Err(e)) = w.next() {
-                            return Err(e.into());
-                        }
-                        continue;
-                    }
-                    Some(Ok((k, _))) => k.get(*plen..).unwrap_or_default().to_vec(),
-                };
-                if best.as_ref().is_none_or(|(_, b)| pos > *b) {
-                    best = Some((i, pos));
-                }
-            }
-            let Some((i, pos)) = best else {
-                return Ok(out);
-            };
-            let (plen, w) = &mut walks[i];
-            let Some(Ok((k, _))) = w.next() else {
-                continue;
-            };
-            let Some(id) = k.get(*plen + 8..) else {
-                return Err(corrupt(&k, "index key too short"));
-            };
-            let created = <[u8; 8]>::try_from(&pos[..8])
-                .map(|b| Timestamp::from_unix(i64::from_be_bytes(b)))
-                .ok();
-            let id_str = String::from_utf8_lossy(id).into_owned();
-            let here = match (created, ProposalId::parse(&id_str).ok()) {
-                (Some(c), Some(id)) => Cursor::of(c, &id),
-                _ => return Err(corrupt(&k, "index key does not name a record")),
-            };
-            scanned += 1;
-            let rk = [key::RECORD, id].concat();
-            if let Some(v) = self.tree.get(&rk)? {
-                let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
-                check_schema(&rk, head.schema)?;
-                // A reader may see an index entry a moment before or after its record
-                // changes; what it returns always matches the index it walks.
-                let in_index = match index {
-                    ListIndex::Agent(a) => &head.preview.requested_by == a,
-                    ListIndex::Statuses(st) => st.contains(&head.lifecycle.status),
-                };
-                if in_index && keep(&head) {
-                    out.heads.push(head);
-                }
-            }
-            if out.heads.len() >= limit || scanned >= MAX_PAGE_SCAN {
-                let more = walks.iter_mut().any(|(_, w)| w.peek().is_some());
-                out.next = more.then_some(here);
-                return Ok(out);
-            }
-        }
+        let (heads, next) = self.walk(index, after, limit, keep)?;
+        Ok(HeadPage { heads, next })
+    }
+
+    fn page_records(
+        &self,
+        index: &ListIndex,
+        after: Option<&Cursor>,
+        limit: usize,
+        keep: &mut dyn FnMut(&RecordHead) -> bool,
+    ) -> Result<RecordPage, StoreError> {
+        let (records, next) = self.walk(index, after, limit, keep)?;
+        Ok(RecordPage { records, next })
     }
 
     fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
