@@ -3,8 +3,12 @@
 # instances. With BASE_SERVER=/path/to/an/older/approval-server, every sled figure is measured for
 # that build too, each right before this build's, so the two are compared in one run.
 cd "$(dirname "$0")/../.."
-B=target/release/approval-bench
 BASE=${BASE_SERVER:-}
+# Every run's note files stay in one folder, deleted after the last run: a run that created
+# notes right after another run deleted thousands measures that deletion (see --notes-dir).
+NOTES=$(mktemp -d "${TMPDIR:-/tmp}/approval-bench-notes.XXXXXX")
+trap 'rm -rf "$NOTES"' EXIT
+B="target/release/approval-bench --notes-dir $NOTES"
 echo "== uptime before: $(uptime)"; echo "== commit $(git rev-parse --short HEAD)"; date -u
 each() { # each ARGS...: the bench with ARGS, first on the base build (if any), then on this one
   if [ -n "$BASE" ]; then echo "== base build: $*"; $B --server-bin "$BASE" "$@"; fi

@@ -109,6 +109,15 @@ struct Cli {
     /// Also write the Markdown results to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Keep the note executor's files under this folder (one folder per run) and leave
+    /// them there, instead of in the run's own folder, which is deleted when it ends.
+    /// On ext4 without a journal, creating a file costs more for minutes after many
+    /// files of the same block group were deleted (the inode allocator skips each
+    /// recently deleted inode), so a run that creates notes right after another run's
+    /// cleanup measures that cleanup: pass one folder to a series of runs and delete it
+    /// after the last (as `bench/scripts/final-run.sh` does).
+    #[arg(long)]
+    notes_dir: Option<PathBuf>,
 }
 
 impl Cli {
@@ -122,6 +131,7 @@ impl Cli {
             fill_time: self.fill_time,
             fill_clients: self.fill_clients.clamp(1, 4096),
             server_args: self.server_arg.clone(),
+            notes_dir: self.notes_dir.clone(),
             instances: self.instances.clamp(1, 8),
             // Our prepare pair must stay under the default 10,000 pending per agent.
             peers_n: self.peers_n.clamp(1, 9_000),

@@ -215,7 +215,7 @@ fn ratios_text(ratios: &[f64]) -> String {
 
 /// The seed against our embedded stdio, alternately, `rounds` times per pair.
 pub async fn peers(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let mut report = ScenarioReport {
         name: "peers".into(),
         ..Default::default()
@@ -338,7 +338,7 @@ impl Drop for Ceiling {
 
 /// Our `approval_status` against rmcp's trivial tool over Streamable HTTP, alternately.
 pub async fn http_pair(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let server = world.start(&s.server_bin, &s.server_args)?;
     let ours = Http::new(
         client::pool(s.clients * 2)?,

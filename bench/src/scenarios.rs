@@ -50,6 +50,9 @@ pub struct Settings {
     pub python: String,
     /// The `rmcp-ceiling` binary.
     pub ceiling_bin: PathBuf,
+    /// Where the note executor writes, one folder per run, left in place
+    /// (`--notes-dir`); `None`: in the run's own folder.
+    pub notes_dir: Option<PathBuf>,
 }
 
 /// Times `fut` into `rec` under `op`; `None` on failure (recorded).
@@ -224,7 +227,7 @@ async fn prefill(http: &Http, n: usize, clients: usize) -> Result<Vec<(String, S
 
 /// `approval_status` on pending proposals, `clients` at a time.
 pub async fn status(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let (server, more) = start_instances(&world, s)?;
     let http = http_for_all(&server, &more, s.clients)?;
     let ids: Arc<Vec<String>> = Arc::new(
@@ -321,7 +324,7 @@ pub async fn status_load(
 
 /// Durable `approval_prepare`, `clients` at a time.
 pub async fn prepare(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let (server, more) = start_instances(&world, s)?;
     let http = http_for_all(&server, &more, s.clients)?;
     prefill(&http, 4, 1).await?; // warm-up
@@ -367,7 +370,7 @@ pub async fn prepare(s: &Settings) -> Result<ScenarioReport> {
 /// Signed approvals posted to the approver API: a proposal's first approval
 /// (stays PENDING) and its second (reaches quorum), signed before the clock starts.
 pub async fn decide(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let (server, more) = start_instances(&world, s)?;
     let http = http_for_all(&server, &more, s.clients)?;
     let pool = if s.smoke {
@@ -459,7 +462,7 @@ pub async fn decide(s: &Settings) -> Result<ScenarioReport> {
 
 /// The whole life of a proposal per iteration: prepare, two signed approvals, execute.
 pub async fn round_trip(s: &Settings) -> Result<ScenarioReport> {
-    let world = Arc::new(World::new()?);
+    let world = Arc::new(World::new(s.notes_dir.as_deref())?);
     let (server, more) = start_instances(&world, s)?;
     let http = http_for_all(&server, &more, s.clients)?;
     prefill(&http, 4, 1).await?; // warm-up
@@ -533,7 +536,7 @@ pub async fn round_trip(s: &Settings) -> Result<ScenarioReport> {
 
 /// `approval_status` through `approval-server stdio`, one call at a time.
 pub async fn stdio(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let server = world.start(&s.server_bin, &s.server_args)?;
     let http = http_for(&server, 1)?;
     let (id, _) = http.prepare("stdio bench").await?;
@@ -608,7 +611,7 @@ async fn restart(world: &World, server: Server, s: &Settings) -> Result<(Server,
 
 /// A large store: status and listing latency, RSS and restart time, empty vs full.
 pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
-    let world = World::new()?;
+    let world = World::new(s.notes_dir.as_deref())?;
     let mut server = world.start(&s.server_bin, &s.server_args)?;
     let mut http = http_for(&server, s.clients.max(s.fill_clients))?;
     let few_pending = if s.smoke { 20 } else { 200 };

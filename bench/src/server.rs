@@ -30,12 +30,28 @@ pub struct World {
 }
 
 impl World {
-    /// Makes the folder, the keys, the keyring and the policy.
-    pub fn new() -> Result<Self> {
+    /// Makes the folder, the keys, the keyring and the policy. With `notes`, the note
+    /// executor writes into a new folder under it, which outlives the run.
+    pub fn new(notes: Option<&Path>) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("approval-bench-")
             .tempdir()
             .context("cannot make a temporary folder")?;
+        let executor = match notes {
+            None => "[executor]\ntype = \"note\"\n".to_owned(),
+            Some(root) => {
+                std::fs::create_dir_all(root)
+                    .with_context(|| format!("cannot make {}", root.display()))?;
+                let run = tempfile::Builder::new()
+                    .prefix("run-")
+                    .tempdir_in(root)
+                    .with_context(|| format!("cannot make a folder in {}", root.display()))?
+                    .keep();
+                // TOML basic strings take JSON's escapes.
+                let shown = serde_json::to_string(&run.display().to_string())?;
+                format!("[executor]\ntype = \"note\"\ndir = {shown}\n")
+            }
+        };
         let mut keys = Vec::new();
         let mut keyring = String::from("# approval-bench keyring (deterministic bench keys)\n");
         for (i, name) in APPROVERS.iter().enumerate() {
@@ -63,7 +79,7 @@ impl World {
                  vetoes = 1\n\
                  ttl = \"1h\"\n\
                  execute_within = \"1h\"\n\
-                 \n[executor]\ntype = \"note\"\n",
+                 \n{executor}",
                 n = APPROVERS.len()
             ),
         )?;
