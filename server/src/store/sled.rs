@@ -840,6 +840,82 @@ mod tests {
         panic!("the store's lock was still held after 2 s");
     }
 
+    /// What `page_records` saves over `page` and a `get` per kept record, in a store
+    /// of many finished proposals (`APPROVAL_LISTING_FILL`, default 200,000): the
+    /// two are timed alternately over the same store, so the machine's noise falls
+    /// on both alike. Both must return the same records. By hand, in release:
+    /// `APPROVAL_LISTING_FILL=1000000 cargo test --release -p approval-server --lib
+    /// listing_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement: a minute in release, run by hand"]
+    fn listing_cost_heads_then_gets_against_whole_records() {
+        let fill: u64 = std::env::var("APPROVAL_LISTING_FILL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200_000);
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let lim = PendingLimits {
+            per_agent: u64::MAX,
+            total: u64::MAX,
+        };
+        // Ids spread over the key space, as the service's random ids are.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next_id = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("p-{x:016x}")
+        };
+        let t0 = 1_800_000_000;
+        for i in 0..200 {
+            let rec = contract::record(&next_id(), "local", t0 + i);
+            store.create(&rec, vec![], lim).unwrap();
+        }
+        for i in 0..fill as i64 {
+            let rec = contract::record(&next_id(), "local", t0 + 1_000 + i);
+            store.create(&rec, vec![], lim).unwrap();
+            let now = rec.updated_at;
+            let done = rec.with_lifecycle(rec.lifecycle.withdraw(now).unwrap(), now);
+            assert!(matches!(store.update(&done, vec![]).unwrap(), Cas::Applied));
+        }
+        store.flush_blocking().unwrap();
+        let pending = ListIndex::Statuses(vec![Status::Pending]);
+        let heads_then_gets = || {
+            let page = store.page(&pending, None, 100, &mut |_| true).unwrap();
+            let recs: Vec<ProposalRecord> = page
+                .heads
+                .iter()
+                .filter_map(|h| store.get(&h.preview.proposal_id).unwrap())
+                .collect();
+            recs
+        };
+        let whole = || {
+            store
+                .page_records(&pending, None, 100, &mut |_| true)
+                .unwrap()
+                .records
+        };
+        assert_eq!(heads_then_gets(), whole());
+        assert_eq!(whole().len(), 100);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..500 {
+            let t = std::time::Instant::now();
+            std::hint::black_box(heads_then_gets());
+            a.push(t.elapsed());
+            let t = std::time::Instant::now();
+            std::hint::black_box(whole());
+            b.push(t.elapsed());
+        }
+        a.sort();
+        b.sort();
+        println!(
+            "{fill} finished + 200 pending, a page of 100, p50 (p90) of 500 alternate calls: \
+             page + get each {:?} ({:?}); page_records {:?} ({:?})",
+            a[250], a[450], b[250], b[450]
+        );
+    }
+
     #[test]
     fn sled_store_passes_the_contract() {
         let dir = tempfile::tempdir().unwrap();
