@@ -449,9 +449,7 @@ impl SledStore {
         batch.insert(key::PENDING_TOTAL, &total.to_be_bytes());
         (mine, total)
     }
-}
 
-impl SledStore {
     /// The walk behind [`Store::page`] and [`Store::page_records`]: each entry's
     /// record is read once; its head is what `keep` judges, and a kept entry gives a `T`.
     fn walk<T: Listed>(
