@@ -726,11 +726,18 @@ impl Service {
         }
         // The rules must be the ones the approvers signed under (policy and keys); if
         // they changed, the proposal ends as POLICY_CHANGED and the claim below refuses.
-        if !self.rules_hold(&self.config(), &rec)? {
+        // Otherwise the claim starts from the record just read, not a second read: its
+        // compare-and-swap refuses it if anything changed it since, and the retry starts
+        // from what is stored. After a voiding it starts from what is stored, so that its
+        // refusal names the status the proposal now has.
+        let base = if self.rules_hold(&self.config(), &rec)? {
+            rec
+        } else {
             self.void_one(rec.id()).await?;
-        }
+            self.get(rec.id())?
+        };
         let claimed = self
-            .transition(rec.id(), |cur, now| {
+            .transition_from(base, |cur, now| {
                 let life = cur.lifecycle.claim(now).map_err(|e| transition_refusal(cur, now, e))?;
                 let in_force = self.config().policies.get(&cur.preview.kind).map(|p| p.sha256());
                 if in_force != Some(cur.preview.policy_sha256) {
@@ -804,7 +811,10 @@ impl Service {
             };
         tracing::info!(id = %claimed.id(), outcome = ?report.outcome, "executed");
         let (outcome, detail) = (report.outcome, executor::excerpt(&report.detail));
-        self.transition(claimed.id(), |cur, now| {
+        // From the claimed record as stored by the claim, not a fresh read: a change made
+        // since (a sweep on a shared store) fails the compare-and-swap, and the retry
+        // starts from what is stored, whose lifecycle then refuses or allows the finish.
+        self.transition_from(claimed.clone(), |cur, now| {
             let life = cur
                 .lifecycle
                 .finish(report.outcome)

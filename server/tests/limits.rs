@@ -1068,12 +1068,25 @@ async fn a_decision_signed_for_another_servers_preview_is_403() {
 }
 
 /// A store whose fsyncs wait while a gate is closed, to hold a write in the
-/// window between "applied" and "durable".
+/// window between "applied" and "durable". It also counts record reads.
 struct GatedStore {
     inner: Arc<dyn Store>,
     closed: std::sync::Mutex<bool>,
     opened: std::sync::Condvar,
     waiting: std::sync::atomic::AtomicUsize,
+    gets: std::sync::atomic::AtomicUsize,
+}
+
+impl GatedStore {
+    fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            closed: std::sync::Mutex::new(false),
+            opened: std::sync::Condvar::new(),
+            waiting: Default::default(),
+            gets: Default::default(),
+        }
+    }
 }
 
 impl GatedStore {
@@ -1103,6 +1116,7 @@ impl Store for GatedStore {
         id: &approval_core::ProposalId,
     ) -> Result<Option<approval_server::record::ProposalRecord>, approval_server::store::StoreError>
     {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.get(id)
     }
     fn create(
@@ -1217,12 +1231,7 @@ async fn an_identical_decision_is_not_acknowledged_before_the_first_is_durable()
     let gated: Arc<std::sync::OnceLock<Arc<GatedStore>>> = Arc::default();
     let g = gated.clone();
     let s = start_on(NOTE_POLICY, PendingLimits::default(), None, move |inner| {
-        let store = Arc::new(GatedStore {
-            inner,
-            closed: std::sync::Mutex::new(false),
-            opened: std::sync::Condvar::new(),
-            waiting: Default::default(),
-        });
+        let store = Arc::new(GatedStore::new(inner));
         let _ = g.set(store.clone());
         store
     })
@@ -1273,4 +1282,44 @@ async fn an_identical_decision_is_not_acknowledged_before_the_first_is_durable()
             v["already_recorded"]
         );
     }
+}
+
+/// Issue #14 round 9: an execute reads its record once. The claim starts from the
+/// record its checks read, and the outcome from the claimed record, each kept honest by
+/// its compare-and-swap; a second and third read (and decoding the attestation's key
+/// again) were a fifth of the execute's server CPU. The effect still runs once and its
+/// outcome is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_reads_its_record_once_and_stores_its_outcome() {
+    let gated: Arc<std::sync::OnceLock<Arc<GatedStore>>> = Arc::default();
+    let g = gated.clone();
+    let s = start_on(NOTE_POLICY, PendingLimits::default(), None, move |inner| {
+        let store = Arc::new(GatedStore::new(inner));
+        let _ = g.set(store.clone());
+        store
+    })
+    .await;
+    let store = gated.get().unwrap().clone();
+    let (id, hash) = s.prepare("read once").await;
+    for who in ["alice", "carol"] {
+        let body = Srv::signed(who, Decision::Approve, &hash, "").to_string();
+        let (code, v) = s.post_decision(&id, body).await;
+        assert_eq!(code, 200, "{v}");
+    }
+    let reads = || store.gets.load(std::sync::atomic::Ordering::SeqCst);
+    let before = reads();
+    let args = json!({"proposal_id": id, "preview_sha256": hash});
+    let (failed, v) = s.call_as(None, "approval_execute", args.clone()).await;
+    assert!(!failed, "{v}");
+    assert_eq!(reads() - before, 1, "an execute reads its record once: {v}");
+    let (failed, v) = s.call_as(None, "approval_execute", args).await;
+    assert!(failed, "a second execute is refused: {v}");
+    let rec = store
+        .get(&approval_core::ProposalId::parse(&id).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.status(), approval_core::Status::Succeeded, "{rec:?}");
+    let result = rec.result.expect("the outcome is stored");
+    assert_eq!(result.outcome, approval_core::status::Outcome::Succeeded);
+    assert!(rec.attestation.is_some());
 }
