@@ -28,6 +28,57 @@ use thiserror::Error;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PublicKey(VerifyingKey);
 
+/// The keys that passed [`PublicKey::from_bytes`]'s checks lately, per thread.
+///
+/// Only a key that passed every check goes in, and a lookup matches its exact bytes,
+/// so a remembered key is what the checks would return again: a refused key, an
+/// alias of a remembered one (a mixed-order twin, a non-canonical encoding) or any
+/// other byte string is never found here and is checked in full. The memory is
+/// [`SLOTS`] keys per thread, filled in turn: a stream of distinct keys (valid ones
+/// from whoever may send keys) only pushes older ones out, so the worst it can do
+/// is make later parses pay for the checks, as every parse did before.
+mod recent {
+    use ed25519_dalek::VerifyingKey;
+    use std::cell::RefCell;
+
+    /// Keys remembered per thread: more than a server's own key and a keyring's
+    /// approvers that a burst of reads goes through, few enough to scan.
+    pub(super) const SLOTS: usize = 8;
+
+    struct Recent {
+        keys: [Option<VerifyingKey>; SLOTS],
+        next: usize,
+    }
+
+    thread_local! {
+        static RECENT: RefCell<Recent> = const {
+            RefCell::new(Recent { keys: [None; SLOTS], next: 0 })
+        };
+    }
+
+    /// The remembered key whose encoding is exactly `bytes`.
+    pub(super) fn find(bytes: &[u8; 32]) -> Option<VerifyingKey> {
+        RECENT.with(|r| {
+            r.borrow()
+                .keys
+                .iter()
+                .flatten()
+                .find(|k| k.as_bytes() == bytes)
+                .copied()
+        })
+    }
+
+    /// Remembers a key that passed every check, in place of the oldest.
+    pub(super) fn remember(key: VerifyingKey) {
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            let slot = r.next;
+            r.keys[slot] = Some(key);
+            r.next = (slot + 1) % SLOTS;
+        });
+    }
+}
+
 /// A public key that was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum KeyError {
@@ -56,7 +107,24 @@ impl PublicKey {
 
     /// Checks raw key bytes: a canonical encoding of a point in the prime-order
     /// subgroup, other than the identity.
+    ///
+    /// The checks cost about half a signature verification (a point decompression,
+    /// a scalar multiplication by the group order, a compression), and the same few
+    /// keys come back again and again: every stored attestation carries the server's
+    /// key, so each read of an executed proposal parses it. Keys that passed lately
+    /// on this thread are remembered by their exact 32 bytes ([`recent`]), so a
+    /// repeat costs a comparison and always gets the answer the checks gave.
     pub fn from_bytes(arr: &[u8; 32]) -> Result<Self, KeyError> {
+        if let Some(vk) = recent::find(arr) {
+            return Ok(Self(vk));
+        }
+        let key = Self::checked(arr)?;
+        recent::remember(key.0);
+        Ok(key)
+    }
+
+    /// The checks of [`PublicKey::from_bytes`], every time.
+    fn checked(arr: &[u8; 32]) -> Result<Self, KeyError> {
         let vk = VerifyingKey::from_bytes(arr).map_err(|_| KeyError::NotCanonical)?;
         if vk.is_weak() || !vk.to_edwards().is_torsion_free() {
             return Err(KeyError::Weak);
@@ -422,6 +490,64 @@ mod tests {
             Keyring::parse(&format!("alice ed25519 {}\n", STANDARD.encode(nc))),
             Err(KeyringError::Key { line: 1, .. })
         ));
+    }
+
+    /// The memo of checked keys answers exactly as the checks do, whatever came before:
+    /// valid keys, more of them than it holds, weak keys, non-canonical encodings
+    /// (of 0 and of small y), and each valid key's mixed-order twin, each parsed
+    /// again after the valid keys were remembered.
+    #[test]
+    fn remembered_keys_answer_as_the_checks_do() {
+        // (0, -1), the point of order 2: y = p - 1.
+        let mut order_2 = [0xffu8; 32];
+        order_2[0] = 0xec;
+        order_2[31] = 0x7f;
+        let t = VerifyingKey::from_bytes(&order_2).unwrap().to_edwards();
+        let valid: Vec<[u8; 32]> = (0..(2 * recent::SLOTS as u8 + 3))
+            .map(|i| SigningKey::from_bytes(&[i; 32]).verifying_key().to_bytes())
+            .collect();
+        let mut refused: Vec<[u8; 32]> = Vec::new();
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        refused.push(identity);
+        let mut nc = [0xffu8; 32];
+        nc[0] = 0xed;
+        nc[31] = 0x7f;
+        refused.push(nc);
+        for v in 0..19u8 {
+            // p + v: a non-canonical encoding of y = v.
+            let mut e = nc;
+            e[0] = 0xed + v;
+            refused.push(e);
+        }
+        for k in &valid {
+            let a = VerifyingKey::from_bytes(k).unwrap().to_edwards();
+            refused.push((a + t).compress().to_bytes());
+        }
+        let all: Vec<[u8; 32]> = valid.iter().chain(&refused).copied().collect();
+        for round in 0..3 {
+            for (i, k) in all.iter().enumerate() {
+                let expected = PublicKey::checked(k);
+                assert_eq!(PublicKey::from_bytes(k), expected, "round {round}, key {i}");
+                // Straight after a hit or a remembered pass, too.
+                assert_eq!(
+                    PublicKey::from_bytes(k),
+                    expected,
+                    "round {round}, key {i} again"
+                );
+            }
+        }
+        for k in &valid {
+            assert!(PublicKey::from_bytes(k).is_ok());
+        }
+        for k in &refused {
+            assert!(PublicKey::from_bytes(k).is_err());
+            assert_eq!(recent::find(k), None, "a refused key is never remembered");
+        }
+        // The last valid keys parsed are remembered (the memo is in use at all).
+        for k in valid.iter().rev().take(recent::SLOTS) {
+            assert_eq!(recent::find(k).map(|v| v.to_bytes()), Some(*k));
+        }
     }
 
     #[test]
