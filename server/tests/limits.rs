@@ -1089,6 +1089,20 @@ impl GatedStore {
     }
 }
 
+/// A server with `NOTE_POLICY` over a [`GatedStore`] (gate open), and that store.
+async fn start_gated() -> (Srv, Arc<GatedStore>) {
+    let gated: Arc<std::sync::OnceLock<Arc<GatedStore>>> = Arc::default();
+    let g = gated.clone();
+    let s = start_on(NOTE_POLICY, PendingLimits::default(), None, move |inner| {
+        let store = Arc::new(GatedStore::new(inner));
+        let _ = g.set(store.clone());
+        store
+    })
+    .await;
+    let store = gated.get().cloned().expect("start_on built the store");
+    (s, store)
+}
+
 impl GatedStore {
     fn set_closed(&self, closed: bool) {
         *self.closed.lock().unwrap() = closed;
@@ -1228,15 +1242,7 @@ impl Store for GatedStore {
 /// copy must not be acknowledged until it completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_identical_decision_is_not_acknowledged_before_the_first_is_durable() {
-    let gated: Arc<std::sync::OnceLock<Arc<GatedStore>>> = Arc::default();
-    let g = gated.clone();
-    let s = start_on(NOTE_POLICY, PendingLimits::default(), None, move |inner| {
-        let store = Arc::new(GatedStore::new(inner));
-        let _ = g.set(store.clone());
-        store
-    })
-    .await;
-    let gate = gated.get().unwrap().clone();
+    let (s, gate) = start_gated().await;
     let (id, hash) = s.prepare("x").await;
     let body = Srv::signed("alice", Decision::Approve, &hash, "").to_string();
     gate.set_closed(true);
@@ -1291,15 +1297,7 @@ async fn an_identical_decision_is_not_acknowledged_before_the_first_is_durable()
 /// outcome is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execute_reads_its_record_once_and_stores_its_outcome() {
-    let gated: Arc<std::sync::OnceLock<Arc<GatedStore>>> = Arc::default();
-    let g = gated.clone();
-    let s = start_on(NOTE_POLICY, PendingLimits::default(), None, move |inner| {
-        let store = Arc::new(GatedStore::new(inner));
-        let _ = g.set(store.clone());
-        store
-    })
-    .await;
-    let store = gated.get().unwrap().clone();
+    let (s, store) = start_gated().await;
     let (id, hash) = s.prepare("read once").await;
     for who in ["alice", "carol"] {
         let body = Srv::signed(who, Decision::Approve, &hash, "").to_string();
