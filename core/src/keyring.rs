@@ -56,21 +56,26 @@ mod recent {
         };
     }
 
-    /// The remembered key whose encoding is exactly `bytes`.
+    /// The remembered key whose encoding is exactly `bytes`. None also while the
+    /// thread is being torn down (its memo is gone): the caller then checks in full.
     pub(super) fn find(bytes: &[u8; 32]) -> Option<VerifyingKey> {
-        RECENT.with(|r| {
-            r.borrow()
-                .keys
-                .iter()
-                .flatten()
-                .find(|k| k.as_bytes() == bytes)
-                .copied()
-        })
+        RECENT
+            .try_with(|r| {
+                r.borrow()
+                    .keys
+                    .iter()
+                    .flatten()
+                    .find(|k| k.as_bytes() == bytes)
+                    .copied()
+            })
+            .ok()
+            .flatten()
     }
 
-    /// Remembers a key that passed every check, in place of the oldest.
+    /// Remembers a key that passed every check, in place of the oldest (nothing, on a
+    /// thread being torn down).
     pub(super) fn remember(key: VerifyingKey) {
-        RECENT.with(|r| {
+        let _ = RECENT.try_with(|r| {
             let mut r = r.borrow_mut();
             let slot = r.next;
             r.keys[slot] = Some(key);
