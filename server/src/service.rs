@@ -196,6 +196,9 @@ pub struct Service {
     reloads: tokio::sync::watch::Sender<u64>,
     /// Policies no longer in force that records still refer to, parsed once.
     old_policies: std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>,
+    /// Policies this process has stored (`Store::put_policy`), so a prepare stores its
+    /// policy once rather than asking the store on every prepare (#14, round 10).
+    stored_policies: StoredPolicies,
     /// The runtime the service was built on. An effect runs there whatever runtime
     /// the execute came from: the embedded stdio session has a runtime of its own
     /// (see `store::flush_inline_on_this_thread`), and an effect must neither wait
@@ -224,6 +227,47 @@ fn transition_refusal(
     ServiceError::new(e.code, message)
         .about(rec, now)
         .retry(retry)
+}
+
+/// The hashes of the policies this process has stored. A record names its policy by
+/// hash, and the policy must be in the store before the record is; policies are
+/// content-addressed and never removed, so once `put_policy` has returned for a hash
+/// it need not be asked again. Before, every prepare asked: a store read under the
+/// store's locks (sled), or a round trip to the database (PostgreSQL).
+///
+/// Why this is as durable as before: on sled the policy's insert comes before the
+/// record's batch in the same log, so the record's flush covers it; a prepare that
+/// skips the call only ever writes a record after the one that stored the policy
+/// returned. PostgreSQL commits the insert before `put_policy` returns.
+///
+/// Bounded: only policies the operator loads reach it (an agent names a kind, never a
+/// policy), and it is emptied if it ever holds [`StoredPolicies::MAX`] hashes, after
+/// which each is simply stored again.
+#[derive(Default)]
+struct StoredPolicies(std::sync::Mutex<std::collections::HashSet<Sha256Hex>>);
+
+impl StoredPolicies {
+    const MAX: usize = 1024;
+
+    fn known(&self, hash: &Sha256Hex) -> bool {
+        self.0.lock().map(|s| s.contains(hash)).unwrap_or(false)
+    }
+
+    /// Stores `policy` unless this process already did.
+    fn ensure(&self, store: &dyn Store, policy: &Policy) -> Result<(), StoreError> {
+        let hash = policy.sha256();
+        if self.known(&hash) {
+            return Ok(());
+        }
+        store.put_policy(&hash, policy.canonical_json())?;
+        if let Ok(mut s) = self.0.lock() {
+            if s.len() >= Self::MAX {
+                s.clear();
+            }
+            s.insert(hash);
+        }
+        Ok(())
+    }
 }
 
 impl Service {
@@ -278,6 +322,7 @@ impl Service {
             forgeries: Default::default(),
             reloads: tokio::sync::watch::channel(0).0,
             old_policies: Default::default(),
+            stored_policies: Default::default(),
             runtime: tokio::runtime::Handle::try_current().ok(),
         })
     }
@@ -609,8 +654,7 @@ impl Service {
             now,
             json!({"agent": agent, "kind": rec.preview.kind, "preview_sha256": rec.preview_sha256}),
         );
-        self.store
-            .put_policy(&policy.sha256(), policy.canonical_json())?;
+        self.stored_policies.ensure(self.store.as_ref(), &policy)?;
         let writing = self.commit.begin();
         self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;

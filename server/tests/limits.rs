@@ -1075,6 +1075,8 @@ struct GatedStore {
     opened: std::sync::Condvar,
     waiting: std::sync::atomic::AtomicUsize,
     gets: std::sync::atomic::AtomicUsize,
+    /// Policy hashes `put_policy` was asked to store, in order.
+    policy_puts: std::sync::Mutex<Vec<Sha256Hex>>,
 }
 
 impl GatedStore {
@@ -1085,6 +1087,7 @@ impl GatedStore {
             opened: std::sync::Condvar::new(),
             waiting: Default::default(),
             gets: Default::default(),
+            policy_puts: Default::default(),
         }
     }
 }
@@ -1146,6 +1149,7 @@ impl Store for GatedStore {
         hash: &Sha256Hex,
         canonical: &Value,
     ) -> Result<(), approval_server::store::StoreError> {
+        self.policy_puts.lock().unwrap().push(*hash);
         self.inner.put_policy(hash, canonical)
     }
     fn get_policy(
@@ -1320,4 +1324,56 @@ async fn an_execute_reads_its_record_once_and_stores_its_outcome() {
     let result = rec.result.expect("the outcome is stored");
     assert_eq!(result.outcome, approval_core::status::Outcome::Succeeded);
     assert!(rec.attestation.is_some());
+}
+
+/// Issue #14 round 10: a prepare stores its policy once per process, not on every
+/// prepare (a store read under sled's locks, or a database round trip). A reload that
+/// changes the policy stores the new one before the first record that names it, and
+/// every record's policy can be read back from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_is_stored_once_and_before_any_record_that_names_it() {
+    let (s, store) = start_gated().await;
+    let puts = || store.policy_puts.lock().unwrap().clone();
+    let (first, _) = s.prepare("one").await;
+    for i in 0..20 {
+        s.prepare(&format!("more {i}")).await;
+    }
+    let stored = puts();
+    assert_eq!(
+        stored.len(),
+        1,
+        "one store call for 21 prepares: {stored:?}"
+    );
+
+    // The operator changes the policy: the next prepare stores the new one, once.
+    std::fs::write(
+        s._dir.path().join("policies/note.write.toml"),
+        NOTE_POLICY.replace("ttl = \"30m\"", "ttl = \"20m\""),
+    )
+    .unwrap();
+    s.svc.reload().await.unwrap();
+    let (second, _) = s.prepare("under the new policy").await;
+    s.prepare("and another").await;
+    let stored = puts();
+    assert_eq!(
+        stored.len(),
+        2,
+        "the changed policy is stored once: {stored:?}"
+    );
+    assert_ne!(stored[0], stored[1]);
+
+    // Each record's policy is in the store, under the hash the record names.
+    for (id, want) in [(&first, stored[0]), (&second, stored[1])] {
+        let rec = store
+            .get(&approval_core::ProposalId::parse(id).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.preview.policy_sha256, want, "{id}");
+        let json = store
+            .get_policy(&want)
+            .unwrap()
+            .expect("the policy is stored");
+        let policy = approval_core::policy::Policy::from_canonical_json(&json).unwrap();
+        assert_eq!(policy.sha256(), want);
+    }
 }
