@@ -8,6 +8,21 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use thiserror::Error;
 
+/// How long the server keeps an HTTP connection with nothing in flight (or a new one
+/// without its first request) before closing it: `docs/PROTOCOL.md`, "Connections".
+pub const CONNECTION_IDLE_SECS: u64 = 10;
+
+/// How long our own HTTP clients keep an idle pooled connection for reuse.
+///
+/// A request written on a connection at the moment its server closes it for idling is
+/// lost: the client reads "connection closed before message completed" and cannot
+/// tell whether anything was done. Dropping idle connections well before the server
+/// does closes that race. 4 s is under [`CONNECTION_IDLE_SECS`] and under the 5 s
+/// keep-alive of Node.js servers, which downstream MCP servers and webhooks often are.
+pub const CLIENT_POOL_IDLE_SECS: u64 = 4;
+
+const _: () = assert!(CLIENT_POOL_IDLE_SECS < CONNECTION_IDLE_SECS);
+
 /// A point in time, in whole seconds since the Unix epoch (UTC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);

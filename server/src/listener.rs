@@ -41,11 +41,22 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+/// The builder every outbound HTTP client of this crate starts from (the stdio bridge,
+/// webhook executors and notifications): an idle pooled connection is dropped after
+/// [`approval_core::time::CLIENT_POOL_IDLE_SECS`], before a server closing it for
+/// idling ([`HEADER_READ_TIMEOUT`] here) could lose a request written on it.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(
+        approval_core::time::CLIENT_POOL_IDLE_SECS,
+    ))
+}
+
 /// Connections served at once, per listener.
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Time a client has from accept to its first complete request head, and between
 /// requests once it has sent one (idle keep-alive, HTTP/1 and HTTP/2 alike).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEADER_READ_TIMEOUT: Duration =
+    Duration::from_secs(approval_core::time::CONNECTION_IDLE_SECS);
 /// Open connections beyond which new ones get [`PRESSURED_HEADER_TIMEOUT`].
 pub const PRESSURE_AT: usize = MAX_CONNECTIONS * 3 / 4;
 /// [`HEADER_READ_TIMEOUT`] for connections accepted under pressure: long enough

@@ -341,3 +341,50 @@ async fn an_open_event_stream_is_not_closed_as_idle() {
         );
     }
 }
+
+/// The other half of the idle rule: a request written on a keep-alive connection at
+/// the moment the server closes it for idling is lost ("connection closed before
+/// message completed", stop 24's CI failure), so the project's own clients must drop
+/// an idle connection well before [`HEADER_READ_TIMEOUT`]. The peer answers with the
+/// client's port, which shows whether a request reused a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_clients_drop_an_idle_connection_before_a_server_would() {
+    use axum::extract::ConnectInfo;
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+            peer.port().to_string()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let client = approval_server::listener::client_builder().build().unwrap();
+    let port = || async {
+        let r = client.get(format!("http://{addr}/")).send().await.unwrap();
+        r.text().await.unwrap()
+    };
+    let pool_idle = Duration::from_secs(approval_core::time::CLIENT_POOL_IDLE_SECS);
+    assert!(pool_idle + Duration::from_secs(2) <= HEADER_READ_TIMEOUT);
+
+    let first = port().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        port().await,
+        first,
+        "a connection idle for 1 s was not reused"
+    );
+    tokio::time::sleep(pool_idle + Duration::from_millis(1500)).await;
+    assert_ne!(
+        port().await,
+        first,
+        "a connection idle for longer than the client's pool time-out was reused"
+    );
+    task.abort();
+}

@@ -44,6 +44,11 @@ impl Client {
     /// A client for the server at `base`, signing reads with `key` when given.
     pub fn new(base: Url, timeout: Duration, key: Option<SecretKey>) -> Result<Self> {
         let http = reqwest::Client::builder()
+            // Dropped before the server closes an idle connection (PROTOCOL.md,
+            // "Connections"): a decision sent on a closing one would be lost.
+            .pool_idle_timeout(Duration::from_secs(
+                approval_core::time::CLIENT_POOL_IDLE_SECS,
+            ))
             .connect_timeout(timeout)
             // A stalled stream is noticed even without a total time-out (watch); the
             // server sends a keep-alive every 15 s.

@@ -558,6 +558,11 @@ impl Drop for Server {
 
 fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
+        // As the project's own clients: a request is never written on a connection
+        // the server is closing for idling (PROTOCOL.md, "Connections").
+        .pool_idle_timeout(Duration::from_secs(
+            approval_core::time::CLIENT_POOL_IDLE_SECS,
+        ))
         .timeout(STEP_TIMEOUT)
         .build()
         .expect("an HTTP client")

@@ -61,7 +61,7 @@ pub struct ExecContext {
 impl ExecContext {
     /// A context for a data folder.
     pub fn new(data_dir: PathBuf) -> Self {
-        let http = reqwest::Client::builder()
+        let http = crate::listener::client_builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
