@@ -162,7 +162,11 @@ pub struct Http {
 pub fn pool(max_idle: usize) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .pool_max_idle_per_host(max_idle)
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(Duration::from_secs(
+            // Dropped before the server closes an idle connection (PROTOCOL.md,
+            // "Connections"), so a pause between phases never loses a request.
+            approval_core::time::CLIENT_POOL_IDLE_SECS,
+        ))
         .tcp_nodelay(true)
         .timeout(REQUEST_TIMEOUT)
         .no_proxy()
