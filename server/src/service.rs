@@ -622,8 +622,12 @@ impl Service {
         let mut rnd = [0u8; 16];
         getrandom::fill(&mut rnd)
             .map_err(|e| ServiceError::new(Code::Internal, format!("no randomness: {e}")))?;
-        let id = ProposalId::parse(&format!("p-{}", hex::encode(rnd)))
-            .map_err(|e| ServiceError::new(Code::Internal, e.to_string()))?;
+        // Wall-clock milliseconds, not the service's clock: the time in an id only
+        // orders records in the store (`ProposalId::mint`), it is never read back.
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let id = ProposalId::mint(rnd, millis);
         let now = self.now();
         let preview = Preview {
             v: 1,

@@ -31,6 +31,13 @@ pub fn record(id: &str, agent: &str, created: i64) -> ProposalRecord {
 }
 
 /// The one audit event of `kind` for `rec`, as a write passes it to the store.
+/// A minted id (`ProposalId::mint`) created at `created`, told apart by `n`: the
+/// contract mixes these with other ids, so that every read path finds records filed
+/// under either kind of key.
+pub fn minted(created: i64, n: u8) -> String {
+    ProposalId::mint([n; 16], created as u64 * 1000).to_string()
+}
+
 pub fn ev(kind: AuditKind, rec: &ProposalRecord) -> Vec<AuditEvent> {
     vec![AuditEvent {
         kind,
@@ -41,7 +48,7 @@ pub fn ev(kind: AuditKind, rec: &ProposalRecord) -> Vec<AuditEvent> {
 }
 
 pub fn run(store: &dyn Store) {
-    let a = record("p-a", "agent1", 1_800_000_000);
+    let a = record(&minted(1_800_000_000, 0xa), "agent1", 1_800_000_000);
     let b = record("p-b", "agent2", 1_800_000_001);
     let lim = PendingLimits::default();
     store.create(&a, ev(AuditKind::Proposed, &a), lim).unwrap();
@@ -58,7 +65,7 @@ pub fn run(store: &dyn Store) {
         1
     );
     // Limits: refused when full, and nothing is written.
-    let c = record("p-c", "agent1", 1_800_000_002);
+    let c = record(&minted(1_800_000_002, 0xc), "agent1", 1_800_000_002);
     let tight = PendingLimits {
         per_agent: 1,
         total: 100,
@@ -243,7 +250,7 @@ pub fn run(store: &dyn Store) {
         vec![a.id().clone()]
     );
     assert_eq!(
-        Cursor::parse("1800000000.p-a").map(|c| c.id),
+        Cursor::parse(&format!("1800000000.{}", a.id())).map(|c| c.id),
         Some(a.id().clone())
     );
     for bad in [
@@ -280,9 +287,9 @@ pub fn run(store: &dyn Store) {
 /// refused one), capped with drops counted, entries numbered without reuse.
 pub fn outbox(store: &dyn Store) {
     let ev = |rec: &ProposalRecord| ev(AuditKind::Proposed, rec);
-    let a = record("p-oa", "agent1", 1_800_000_000);
+    let a = record(&minted(1_800_000_000, 0x0a), "agent1", 1_800_000_000);
     let b = record("p-ob", "agent1", 1_800_000_001);
-    let c = record("p-oc", "agent1", 1_800_000_002);
+    let c = record(&minted(1_800_000_002, 0x0c), "agent1", 1_800_000_002);
     // Off (no channel configured): nothing is queued.
     store.create(&a, ev(&a), PendingLimits::default()).unwrap();
     assert_eq!(store.outbox_counts(), (0, 0));

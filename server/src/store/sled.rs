@@ -76,8 +76,15 @@ mod key {
         end
     }
 
+    /// A record's key: filed by [`ProposalId::order_key`], in creation order for the
+    /// ids this build mints.
     pub fn record(id: &ProposalId) -> Vec<u8> {
-        join(&[RECORD, id.as_str().as_bytes()])
+        record_of(id.as_str().as_bytes())
+    }
+
+    /// [`record`] for an id read out of an index key.
+    pub fn record_of(id: &[u8]) -> Vec<u8> {
+        join(&[RECORD, &approval_core::ids::order_key_of(id)])
     }
 
     pub fn pending(agent: &str) -> Vec<u8> {
@@ -125,7 +132,16 @@ mod key {
 
 /// The layout of keys written by this build; see [`key`]. Layout 1 (one sled
 /// tree per kind of entry, written with sled transactions) is refused by name.
-const LAYOUT: &str = "2";
+///
+/// Layout 3 files the records of minted ids ([`ProposalId::mint`]) under their
+/// creation-ordered key; it reads layout 2, whose records all keep their id as key, so
+/// a layout-2 folder is marked 3 when this build opens it. The mark is what makes a
+/// layout-2 build refuse the folder afterwards, instead of missing every record made
+/// since.
+const LAYOUT: &str = "3";
+
+/// The earlier layout this build reads as it is, and upgrades by its mark alone.
+const LAYOUT_READ: &str = "2";
 
 /// Trees of layout 1, whose presence means an older build made the folder.
 const LAYOUT_1_TREES: [&[u8]; 3] = [b"meta", b"proposals", b"audit"];
@@ -254,6 +270,11 @@ impl SledStore {
         }
         let tree = db.open_tree("state")?;
         match tree.get(key::LAYOUT)? {
+            Some(v) if v.as_ref() == LAYOUT_READ.as_bytes() => {
+                // Durable before any record is filed the new way.
+                tree.insert(key::LAYOUT, LAYOUT.as_bytes())?;
+                db.flush()?;
+            }
             Some(v) if v.as_ref() != LAYOUT.as_bytes() => {
                 return Err(StoreError::Layout(format!(
                     "the data folder {} has store layout {}, which this build (layout {LAYOUT}) \
@@ -362,7 +383,7 @@ impl SledStore {
             let Some(id) = k.get(prefix.len() + 8..) else {
                 return Err(corrupt(&k, "index key too short"));
             };
-            let rk = [key::RECORD, id].concat();
+            let rk = key::record_of(id);
             if let Some(v) = self.tree.get(&rk)? {
                 let rec = decode_record(&rk, &v)?;
                 // A reader may see an index entry a moment before or after its record
@@ -520,7 +541,7 @@ impl SledStore {
                 _ => return Err(corrupt(&k, "index key does not name a record")),
             };
             scanned += 1;
-            let rk = [key::RECORD, id].concat();
+            let rk = key::record_of(id);
             if let Some(v) = self.tree.get(&rk)? {
                 let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
                 check_schema(&rk, head.schema)?;
@@ -723,7 +744,7 @@ impl Store for SledStore {
             let Some(id) = k.get(key::DUE.len() + 8..) else {
                 return Err(corrupt(&k, "index key too short"));
             };
-            let rk = [key::RECORD, id].concat();
+            let rk = key::record_of(id);
             if let Some(v) = self.tree.get(&rk)? {
                 let head: RecordHead = serde_json::from_slice(&v).map_err(|e| corrupt(&rk, e))?;
                 check_schema(&rk, head.schema)?;
@@ -838,6 +859,20 @@ mod tests {
         panic!("the store's lock was still held after 2 s");
     }
 
+    /// As [`reopen`], for a folder that must be refused: the refusal's text.
+    fn reopen_err(dir: &Path) -> String {
+        for _ in 0..100 {
+            match SledStore::open(dir) {
+                Ok(_) => panic!("{} was opened, not refused", dir.display()),
+                Err(StoreError::Backend(e)) if e.contains("could not acquire lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => return e.to_string(),
+            }
+        }
+        panic!("the store's lock was still held after 2 s");
+    }
+
     /// What `page_records` saves over `page` and a `get` per kept record, in a store
     /// of many finished proposals (`APPROVAL_LISTING_FILL`; by default 200,000 in
     /// release and 20,000 in a debug build, which `--include-ignored` runs): the
@@ -863,20 +898,32 @@ mod tests {
             total: u64::MAX,
         };
         // Ids spread over the key space, as the service's random ids are.
+        // Ids as the service mints them (random, then the creation time), or with
+        // `APPROVAL_LISTING_OLD_IDS` set, as earlier builds did (random only, so
+        // records are filed all over the key space).
+        let old_ids = std::env::var_os("APPROVAL_LISTING_OLD_IDS").is_some();
         let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next_id = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            format!("p-{x:016x}")
+        let mut next_id = |created: i64| {
+            let mut random = [0u8; 16];
+            for half in random.chunks_exact_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                half.copy_from_slice(&x.to_be_bytes());
+            }
+            if old_ids {
+                format!("p-{}", hex::encode(random))
+            } else {
+                ProposalId::mint(random, created as u64 * 1000).to_string()
+            }
         };
         let t0 = 1_800_000_000;
         for i in 0..200 {
-            let rec = contract::record(&next_id(), "local", t0 + i);
+            let rec = contract::record(&next_id(t0 + i), "local", t0 + i);
             store.create(&rec, vec![], lim).unwrap();
         }
         for i in 0..fill as i64 {
-            let rec = contract::record(&next_id(), "local", t0 + 1_000 + i);
+            let rec = contract::record(&next_id(t0 + 1_000 + i), "local", t0 + 1_000 + i);
             store.create(&rec, vec![], lim).unwrap();
             let now = rec.updated_at;
             let done = rec.with_lifecycle(rec.lifecycle.withdraw(now).unwrap(), now);
@@ -913,8 +960,9 @@ mod tests {
         a.sort();
         b.sort();
         println!(
-            "{fill} finished + 200 pending, a page of 100, p50 (p90) of 500 alternate calls: \
+            "{} ids, {fill} finished + 200 pending, a page of 100, p50 (p90) of 500 alternate calls: \
              page + get each {:?} ({:?}); page_records {:?} ({:?})",
+            if old_ids { "earlier" } else { "minted" },
             a[250], a[450], b[250], b[450]
         );
     }
@@ -1055,6 +1103,53 @@ mod tests {
         assert!(err.to_string().contains("--data"), "{err}");
         let db = sled::open(dir.path()).unwrap();
         assert!(!db.tree_names().iter().any(|n| n.as_ref() == b"state"));
+    }
+
+    /// A layout-2 folder (every record under its id) opens: its records are found, new
+    /// ones are filed by creation time beside them, and the folder is marked layout 3,
+    /// which a layout-2 build refuses rather than miss the new records. A layout this
+    /// build does not know is refused, and left as it is.
+    #[test]
+    fn a_layout_2_folder_is_read_and_marked_3() {
+        let dir = tempfile::tempdir().unwrap();
+        let lim = PendingLimits::default();
+        let old = contract::record("p-6355d6cdb2d22a2c8419ddadf40b0d31", "local", 1_800_000_000);
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            // As a layout-2 build filed it: under the id itself.
+            assert_eq!(
+                key::record(old.id()),
+                [key::RECORD, old.id().as_str().as_bytes()].concat()
+            );
+            store.create(&old, vec![], lim).unwrap();
+            store.tree.insert(key::LAYOUT, "2").unwrap();
+            store.flush_blocking().unwrap();
+        }
+        let store = reopen(dir.path());
+        assert_eq!(store.tree.get(key::LAYOUT).unwrap().unwrap().as_ref(), b"3");
+        let new = contract::record(&contract::minted(1_800_000_001, 7), "local", 1_800_000_001);
+        assert_eq!(key::record(new.id())[..3], *b"p:\0");
+        store.create(&new, vec![], lim).unwrap();
+        assert_eq!(store.get(old.id()).unwrap().as_ref(), Some(&old));
+        assert_eq!(store.get(new.id()).unwrap().as_ref(), Some(&new));
+        let listed = store
+            .page_records(
+                &ListIndex::Statuses(vec![Status::Pending]),
+                None,
+                10,
+                &mut |_| true,
+            )
+            .unwrap()
+            .records;
+        assert_eq!(listed, vec![new.clone(), old.clone()]);
+        store.tree.insert(key::LAYOUT, "4").unwrap();
+        store.flush_blocking().unwrap();
+        drop(store);
+        let err = reopen_err(dir.path());
+        assert!(
+            err.contains("layout 4") && err.contains("use the build that wrote it"),
+            "{err}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,7 +1,7 @@
 //! Which proposal an id argument means: a full id as typed (or any id the server
 //! knows as typed), else a unique prefix of one (`p-6355d6` or `6355d6`), or, with no id, the one pending proposal waiting for
 //! this approver. Whatever is picked is then fetched, checked and shown in full as
-//! before; only the typing of 34 characters is saved, never the hash confirmation.
+//! before; only the typing of 46 characters is saved, never the hash confirmation.
 
 use crate::client::Client;
 use crate::display::{escape, truncate};
@@ -14,10 +14,11 @@ use serde_json::Value;
 /// Most proposals listed when looking for a prefix.
 const SEARCH_LIMIT: usize = 1000;
 
-/// Whether `id` is a whole proposal id: `p-` and 32 lowercase hex digits.
+/// Whether `id` is a whole proposal id: `p-` and 44 lowercase hex digits (random,
+/// then the creation time), or 32 (the random part alone, from earlier servers).
 fn is_full_id(id: &str) -> bool {
     id.strip_prefix("p-").is_some_and(|h| {
-        h.len() == 32
+        (h.len() == 32 || h.len() == 44)
             && h.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
@@ -55,7 +56,7 @@ pub async fn pick(client: &Client, id: Option<&str>, status: Option<Status>) -> 
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         {
             return Err(usage(format!(
-                "{} is not a proposal id or a prefix of one (ids look like p-6355d6cdb2d22a2c8419ddadf40b0d31)",
+                "{} is not a proposal id or a prefix of one (ids look like p-6355d6cdb2d22a2c8419ddadf40b0d3101942b3c4d5e)",
                 crate::display::quote(id)
             )));
         }
@@ -164,6 +165,8 @@ mod tests {
     #[test]
     fn full_ids_and_prefixes() {
         assert!(is_full_id("p-6355d6cdb2d22a2c8419ddadf40b0d31"));
+        assert!(is_full_id("p-6355d6cdb2d22a2c8419ddadf40b0d3101942b3c4d5e"));
+        assert!(!is_full_id("p-6355d6cdb2d22a2c8419ddadf40b0d3101942b3c4d5"));
         assert!(!is_full_id("p-6355d6"));
         assert!(!is_full_id("6355d6cdb2d22a2c8419ddadf40b0d31"));
         assert_eq!(normalise("6355"), "p-6355");
