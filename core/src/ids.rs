@@ -20,6 +20,11 @@ pub struct IdError {
     pub rule: &'static str,
 }
 
+/// The longest identifier of any kind: names, kinds and proposal ids alike. Text
+/// that claims to be an id and is longer cannot be one, so a display may cut it here
+/// without ever cutting a real id.
+pub const ID_MAX_LEN: usize = 64;
+
 fn check_token(what: &'static str, s: &str, max: usize, extra: &[char]) -> Result<(), IdError> {
     let ok = !s.is_empty()
         && s.len() <= max
@@ -48,7 +53,7 @@ macro_rules! token_newtype {
         impl $name {
             /// Validates and wraps a value.
             pub fn parse(s: &str) -> Result<Self, IdError> {
-                check_token($what, s, 64, $extra)?;
+                check_token($what, s, ID_MAX_LEN, $extra)?;
                 Ok(Self(s.to_owned()))
             }
             /// The value as text.

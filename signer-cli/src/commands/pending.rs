@@ -63,7 +63,7 @@ pub async fn pending(settings: &Settings) -> Result<()> {
                 bad += 1;
                 let id = p.get("proposal_id").and_then(Value::as_str).unwrap_or("?");
                 rows.push(vec![
-                    truncate(id, 40),
+                    truncate(id, approval_core::ids::ID_MAX_LEN),
                     "!".into(),
                     cut(&format!("REFUSED: {e}"), 100),
                     String::new(),

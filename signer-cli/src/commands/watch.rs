@@ -175,7 +175,10 @@ impl Watcher<'_> {
                             "proposal_id": id, "checked": false, "problem": e.to_string()
                         })));
                     } else {
-                        outln(&format!("REFUSED {}: {e}", truncate(&id, 40)));
+                        outln(&format!(
+                            "REFUSED {}: {e}",
+                            truncate(&id, approval_core::ids::ID_MAX_LEN)
+                        ));
                     }
                 }
             }

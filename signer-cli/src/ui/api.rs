@@ -85,7 +85,7 @@ fn refused_item(view: &Value, e: &anyhow::Error) -> Value {
         .get("proposal_id")
         .and_then(Value::as_str)
         .unwrap_or("?");
-    json!({"proposal_id": truncate(id, 40), "checked": false, "problem": e.to_string()})
+    json!({"proposal_id": truncate(id, approval_core::ids::ID_MAX_LEN), "checked": false, "problem": e.to_string()})
 }
 
 /// `GET /api/state`: who and where, and the pending proposals, each checked
@@ -223,4 +223,29 @@ pub async fn events(State(st): State<Arc<UiState>>) -> impl IntoResponse {
     let stream = tokio_stream::wrappers::WatchStream::from_changes(st.changed.clone())
         .map(|n| Ok::<_, Infallible>(Event::default().event("changed").data(n.to_string())));
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The page finds a card by its proposal's id: a refused proposal must keep
+    /// every id a server can mint whole (46 characters since ids end in their time;
+    /// a cut at 40 hid every refused card), while text longer than any id is cut.
+    #[test]
+    fn a_refused_item_keeps_any_valid_id_whole() {
+        let why = anyhow::anyhow!("PREVIEW HASH MISMATCH");
+        let minted = approval_core::ProposalId::mint([0xab; 16], 1_764_000_000_000);
+        let longest = "p".repeat(approval_core::ids::ID_MAX_LEN);
+        for id in [minted.as_str(), longest.as_str()] {
+            let item = refused_item(&json!({ "proposal_id": id }), &why);
+            assert_eq!(item["proposal_id"], id);
+            assert_eq!(item["checked"], false);
+        }
+        let too_long = "p".repeat(approval_core::ids::ID_MAX_LEN + 1);
+        let item = refused_item(&json!({ "proposal_id": too_long }), &why);
+        let shown = item["proposal_id"].as_str().unwrap_or("");
+        assert_eq!(shown.chars().count(), approval_core::ids::ID_MAX_LEN);
+        assert!(shown.ends_with('…'), "{shown}");
+    }
 }
