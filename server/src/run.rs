@@ -257,7 +257,69 @@ fn url_host(addr: &SocketAddr) -> String {
 
 /// Serves until SIGINT or SIGTERM; reloads on SIGHUP.
 pub async fn serve(opts: ServeOptions, svc: Arc<Service>) -> anyhow::Result<()> {
-    serve_until(opts, svc, Announce::Stdout, std::future::pending()).await
+    let signals = Signals::take();
+    serve_until(opts, svc, signals, Announce::Stdout, std::future::pending()).await
+}
+
+/// The process's signals, taken before anything is served.
+///
+/// tokio puts a signal's handler in place when the stream is made, not when it is
+/// first awaited. Made before the first answer, these streams catch a SIGHUP or a
+/// SIGTERM sent the moment the server answers. Made later, as they once were in
+/// tasks that start with the listeners, an early SIGHUP met the default action:
+/// the process ended, or, where SIGHUP is ignored (under nohup), the reload was
+/// dropped without a word while the embedded stdio session went on answering.
+pub struct Signals {
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Puts the handlers in place now; call it inside the runtime, before serving.
+    /// A signal that cannot be listened for is logged, and that duty is off.
+    pub fn take() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let listen = |kind: SignalKind, name: &str, without: &str| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for {name}: {without}");
+                    None
+                }
+            };
+            Self {
+                hup: listen(SignalKind::hangup(), "SIGHUP", "reload disabled"),
+                int: listen(
+                    SignalKind::interrupt(),
+                    "SIGINT",
+                    "Ctrl-C will not stop cleanly",
+                ),
+                term: listen(
+                    SignalKind::terminate(),
+                    "SIGTERM",
+                    "it will not stop cleanly",
+                ),
+            }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+}
+
+/// The next delivery of a signal we listen for; never, for one we could not.
+#[cfg(unix)]
+async fn delivered(signal: &mut Option<tokio::signal::unix::Signal>) {
+    if let Some(s) = signal {
+        if s.recv().await.is_some() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// Where the endpoint lines go: stdout for `serve` and `demo`, stderr when stdout
@@ -276,6 +338,7 @@ pub enum Announce {
 pub async fn serve_until(
     opts: ServeOptions,
     svc: Arc<Service>,
+    signals: Signals,
     announce: Announce,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -334,8 +397,20 @@ pub async fn serve_until(
         Announce::Stderr => eprintln!("{lines}"),
     }
 
-    let shutdown = tokio_util_shutdown(stop);
-    spawn_background(svc.clone());
+    #[cfg(unix)]
+    let Signals { hup, int, term } = signals;
+    #[cfg(not(unix))]
+    let Signals {} = signals;
+    let shutdown = tokio_util_shutdown(
+        #[cfg(unix)]
+        (int, term),
+        stop,
+    );
+    spawn_background(
+        svc.clone(),
+        #[cfg(unix)]
+        hup,
+    );
     let main = crate::listener::serve(listener, main_router, shutdown.clone().wait());
     match approver {
         Some(l) => {
@@ -366,34 +441,24 @@ impl Shutdown {
     }
 }
 
-fn tokio_util_shutdown(stop: impl std::future::Future<Output = ()> + Send + 'static) -> Shutdown {
+fn tokio_util_shutdown(
+    #[cfg(unix)] (mut int, mut term): (
+        Option<tokio::signal::unix::Signal>,
+        Option<tokio::signal::unix::Signal>,
+    ),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Shutdown {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
-        {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot listen for SIGTERM");
-                        tokio::select! {
-                            _ = ctrl_c => {},
-                            _ = stop => {},
-                        }
-                        let _ = tx.send(true);
-                        return;
-                    }
-                };
-            tokio::select! {
-                _ = ctrl_c => {},
-                _ = term.recv() => {},
-                _ = stop => {},
-            }
+        tokio::select! {
+            () = delivered(&mut int) => {},
+            () = delivered(&mut term) => {},
+            () = stop => {},
         }
         #[cfg(not(unix))]
         tokio::select! {
-            _ = ctrl_c => {},
+            _ = tokio::signal::ctrl_c() => {},
             _ = stop => {},
         }
         tracing::info!("shutting down: finishing in-flight requests");
@@ -410,7 +475,7 @@ pub async fn leads(svc: &Service, task: &'static str) -> bool {
         .unwrap_or(false)
 }
 
-fn spawn_background(svc: Arc<Service>) {
+fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signal::unix::Signal>) {
     let sweeper = svc.clone();
     // With leases (several instances), a dead instance's claims are found within
     // half a lease of expiring.
@@ -456,12 +521,8 @@ fn spawn_background(svc: Arc<Service>) {
     }
     #[cfg(unix)]
     tokio::spawn(async move {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
-            tracing::error!("cannot listen for SIGHUP: reload disabled");
-            return;
-        };
-        while hup.recv().await.is_some() {
+        loop {
+            delivered(&mut hup).await;
             let open = open_proposals(&svc);
             match svc.reload().await {
                 Ok(0) => tracing::info!("configuration reloaded"),

@@ -369,9 +369,12 @@ impl Embedded {
     /// Serves stdin/stdout and the listener until stdin closes (or a signal).
     async fn run(self) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        // Before the session's thread answers anything (see `run::Signals`).
+        let signals = run::Signals::take();
         let mut server = tokio::spawn(run::serve_until(
             self.serve,
             self.svc.clone(),
+            signals,
             Announce::Stderr,
             async move {
                 let _ = stop_rx.await;

@@ -437,6 +437,47 @@ async fn embedded_stdio_with_an_agents_file_acts_as_the_tokens_agent() -> Result
     Ok(())
 }
 
+/// A SIGHUP sent the moment the session first answers reaches the reload. The
+/// session answers on its own thread while the service's listeners start, so the
+/// signal handlers are put in place before either: a handler installed later leaves
+/// an early SIGHUP to the default action, which ends the process (or, where SIGHUP
+/// is ignored, as under nohup, drops the reload without a word). A fresh-clone CI
+/// run lost a reload this way in `embedded_stdio_with_an_agents_file_acts_as_the_tokens_agent`.
+#[tokio::test]
+async fn a_sighup_at_the_first_answer_reloads() -> Result<()> {
+    let w = world()?;
+    for round in 0..8 {
+        let s = Stdio::spawn_args(&args(&w, &[]), &[("RUST_LOG", "info")])?;
+        let stderr = s.stderr().clone();
+        s.initialize().await?;
+        let pid = s.pid().context("no pid")?;
+        let st = std::process::Command::new("/bin/kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()?;
+        assert!(st.success());
+        approval_e2e::poll_until("the reload", Duration::from_secs(10), || {
+            let seen = stderr.text().contains("configuration reloaded");
+            async move { Ok(seen.then_some(())) }
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "round {round}: the SIGHUP was lost; stderr:\n{}",
+                stderr.text()
+            )
+        })?;
+        let listed = s.rpc("tools/list", json!({})).await?;
+        assert!(
+            listed["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
+            "round {round}: {listed}"
+        );
+        assert!(s.close().await?.success(), "round {round}");
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn init_scaffolds_a_folder_and_never_overwrites() -> Result<()> {
     let w = World::new(&["alice", "bob"])?;
