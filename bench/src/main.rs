@@ -77,6 +77,10 @@ struct Cli {
     /// Concurrent workers filling the store for `scale`.
     #[arg(long, default_value_t = 64)]
     fill_clients: usize,
+    /// Sequential pending listings per measurement in `scale` (10 with --smoke). More
+    /// gives a profiler (`perf record -p <server>`) time to sample the listing.
+    #[arg(long, default_value_t = 100)]
+    list_count: usize,
     /// Short phases and small counts (~3 s per scenario): a quick check that everything works.
     #[arg(long)]
     smoke: bool,
@@ -130,6 +134,7 @@ impl Cli {
             scale_count: self.scale_count,
             fill_time: self.fill_time,
             fill_clients: self.fill_clients.clamp(1, 4096),
+            list_count: self.list_count.clamp(1, 1_000_000),
             server_args: self.server_arg.clone(),
             notes_dir: self.notes_dir.clone(),
             instances: self.instances.clamp(1, 8),
@@ -161,6 +166,7 @@ impl Cli {
             s.scale_count = s.scale_count.min(2_000);
             s.fill_time = s.fill_time.min(Duration::from_secs(5));
             s.fill_clients = s.fill_clients.min(16);
+            s.list_count = s.list_count.min(10);
             s.peers_n = s.peers_n.min(100);
             s.rounds = 1;
         }

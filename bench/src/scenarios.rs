@@ -36,6 +36,8 @@ pub struct Settings {
     pub fill_time: Duration,
     /// Concurrent workers filling the store.
     pub fill_clients: usize,
+    /// Sequential pending listings per measurement in `scale`.
+    pub list_count: usize,
     /// Extra arguments for `approval-server serve`.
     pub server_args: Vec<String>,
     /// Instances started for status, prepare, decide and round-trip, all with the
@@ -581,8 +583,10 @@ pub async fn stdio(s: &Settings) -> Result<ScenarioReport> {
     Ok(report)
 }
 
-/// Pending listing latency: `n` sequential signed reads.
-async fn listing(http: &Http, world: &World, n: usize) -> Result<(OpStats, usize)> {
+/// Pending listing latency: `n` sequential signed reads. `when` names the moment on
+/// stderr, so a profiler can be attached to the server for just this phase.
+async fn listing(http: &Http, world: &World, n: usize, when: &str) -> Result<(OpStats, usize)> {
+    eprintln!("  scale: pending listing, {when}: {n} calls");
     let path = "/v1/proposals?status=pending&limit=100";
     let mut st = OpStats::default();
     let mut len = 0;
@@ -620,7 +624,7 @@ pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
     } else {
         s.duration.min(Duration::from_secs(5))
     };
-    let list_n = if s.smoke { 10 } else { 100 };
+    let list_n = s.list_count;
     let pending: Arc<Vec<String>> = Arc::new(
         prefill(&http, few_pending, s.clients)
             .await?
@@ -635,7 +639,7 @@ pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
     // Baseline: a nearly empty store.
     eprintln!("  scale: baseline with {few_pending} pending proposals");
     let base_status = status_load(&http, &pending, s.clients, probe_time).await?;
-    let (base_list, base_len) = listing(&http, &world, list_n).await?;
+    let (base_list, base_len) = listing(&http, &world, list_n, "few finished").await?;
     let base_rss = server.rss_kib();
     let base_store = disk_usage(&world.data());
 
@@ -714,7 +718,7 @@ pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
         "  scale: {filled} finished proposals in {fill_elapsed:.1?}; measuring the full store"
     );
     let full_status = status_load(&http, &pending, s.clients, probe_time).await?;
-    let (full_list, full_len) = listing(&http, &world, list_n).await?;
+    let (full_list, full_len) = listing(&http, &world, list_n, "right after the fill").await?;
     // The same listing after the server has sat idle: if the slow listing right after the
     // fill is work the burst left behind (sled's writes, the kernel's writeback, memory
     // the allocator has yet to hand back), it is gone here; the server's CPU over the
@@ -727,7 +731,7 @@ pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
     let idle_cpu0 = server.cpu_seconds();
     tokio::time::sleep(idle).await;
     let idle_cpu = server.cpu_seconds().zip(idle_cpu0).map(|(a, b)| a - b);
-    let (idle_list, _) = listing(&http, &world, list_n).await?;
+    let (idle_list, _) = listing(&http, &world, list_n, "after the idle pause").await?;
     let full_rss = server.rss_kib();
     let full_peak = server.peak_rss_kib();
     let full_store = disk_usage(&world.data());
@@ -738,7 +742,7 @@ pub async fn scale(s: &Settings) -> Result<ScenarioReport> {
     http = http_for(&server, s.clients)?;
     let after_restart_rss = server.rss_kib();
     let after_status = status_load(&http, &pending, s.clients, probe_time).await?;
-    let (after_list, _) = listing(&http, &world, list_n).await?;
+    let (after_list, _) = listing(&http, &world, list_n, "after the restart").await?;
     let after_restart_peak = server.peak_rss_kib();
 
     // Restart once more, with nothing written since the last start. sled 0.34 writes its

@@ -20,6 +20,12 @@
 //!
 //! At the end the server is stopped and `approval-server audit verify` must exit 0.
 //!
+//! On sled the server checkpoints its recovery snapshot whenever anything became
+//! durable (`APPROVAL_SLED_CHECKPOINT_BYTES=1`; vendor/sled/PATCHES.md §7) instead of
+//! every 256 MiB, so SIGKILLs land before, during and after checkpoints and restarts
+//! recover from them; the summary counts the rounds that saw one, and a run of 10
+//! rounds or more with none fails.
+//!
 //! The same harness runs on two instances sharing one PostgreSQL database (issue
 //! #15), when `APPROVAL_TEST_DATABASE_URL` is set: each round starts whichever
 //! instance is down, spreads the load over both, and SIGKILLs one of them while the
@@ -105,6 +111,17 @@ fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// The recovery snapshots in a sled data folder (`snap.<lsn>`), by name.
+fn snapshots(data: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(data)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("snap.") && !n.ends_with(".in___motion"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn tail(path: &Path, n: usize) -> String {
@@ -222,6 +239,11 @@ timeout = "20s"
             .arg(self.keys())
             .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
+            // sled checkpoints its recovery snapshot whenever anything became
+            // durable since the last (every 500 ms under load) instead of every
+            // 256 MiB, so SIGKILLs land before, during and after checkpoints,
+            // and restarts recover from them (vendor/sled/PATCHES.md §7).
+            .env("APPROVAL_SLED_CHECKPOINT_BYTES", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -876,6 +898,9 @@ async fn run(w: World) {
     let mut progress = Progress::default();
     let mut kills = 0u64;
     let mut checked = 0usize;
+    // On sled: rounds in which the server wrote a checkpoint of its recovery
+    // snapshot while serving (a snapshot other than the one it started with).
+    let mut checkpointed = 0u64;
     // CRASH_KEEP_GOING=1: report every violation at the end instead of stopping at
     // the first (for long runs by hand: how often, not only whether).
     let keep_going = std::env::var("CRASH_KEEP_GOING").is_ok_and(|v| v == "1");
@@ -919,6 +944,7 @@ async fn run(w: World) {
             }
             found.extend(errors);
         }
+        let snaps_at_start = snapshots(&w.data());
         // Mixed load for a random short time, then SIGKILL while it is in flight.
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = vec![];
@@ -959,6 +985,9 @@ async fn run(w: World) {
         } else {
             0
         };
+        if !w.leased() && snapshots(&w.data()) != snaps_at_start {
+            checkpointed += 1;
+        }
         if let Some(mut s) = servers[victim].take() {
             s.kill();
         }
@@ -1026,7 +1055,7 @@ async fn run(w: World) {
         acc
     });
     eprintln!(
-        "crash harness: {kills} SIGKILLs in {:?}; acknowledged {} prepares, {} decisions ({} resolves), {} executions, {} replays refused; {} effects in the witness, none twice; {checked} proposal checks; final statuses {by_status:?}; audit verify: {}",
+        "crash harness: {kills} SIGKILLs ({checkpointed} of them after a checkpoint of sled's recovery snapshot in the same round) in {:?}; acknowledged {} prepares, {} decisions ({} resolves), {} executions, {} replays refused; {} effects in the witness, none twice; {checked} proposal checks; final statuses {by_status:?}; audit verify: {}",
         started.elapsed(),
         stats.prepares.load(Ordering::Relaxed),
         stats.decisions.load(Ordering::Relaxed),
@@ -1043,6 +1072,15 @@ async fn run(w: World) {
         found.join("\n")
     );
     assert_eq!(kills, rounds);
+    if !w.leased() && rounds >= 10 {
+        // The server runs with a checkpoint whenever anything became durable, and a
+        // round lasts up to 1.2 s against sled's 500 ms flush tick: if none of them
+        // wrote one, the harness is not testing recovery from checkpoints.
+        assert!(
+            checkpointed > 0,
+            "no round saw a checkpoint of sled's recovery snapshot (CRASH_SEED={seed})"
+        );
+    }
     assert!(
         stats.prepares.load(Ordering::Relaxed) > 0,
         "no prepare was ever acknowledged: the harness tested nothing"

@@ -191,6 +191,11 @@ pub struct Inner {
     pub cache_capacity: u64,
     #[doc(hidden)]
     pub flush_every_ms: Option<u64>,
+    /// PATCH (vendor/sled/PATCHES.md §7): checkpoint the recovery snapshot
+    /// from the periodic flusher once this many bytes of log have become
+    /// stable since the last one (`None`: only at open, as published).
+    #[doc(hidden)]
+    pub checkpoint_every_bytes: Option<u64>,
     #[doc(hidden)]
     pub segment_size: usize,
     #[doc(hidden)]
@@ -236,6 +241,7 @@ impl Default for Inner {
             segment_size: 512 * 1024, // 512kb in bytes
             print_profile_on_drop: false,
             flush_every_ms: Some(500),
+            checkpoint_every_bytes: None,
             idgen_persist_interval: 1_000_000,
             global_error: Arc::new(Atomic::default()),
             #[cfg(feature = "event_log")]
@@ -401,6 +407,25 @@ impl Config {
         }
         let m = Arc::make_mut(&mut self.0);
         m.flush_every_ms = every_ms;
+        self
+    }
+
+    /// PATCH (vendor/sled/PATCHES.md §7): while the tree runs, write a new
+    /// recovery snapshot each time this many bytes of log have become stable
+    /// since the last one, so that a start after a crash replays at most
+    /// about that much log. Runs on the periodic flusher's thread, so it needs
+    /// `flush_every_ms`. `None` (the default) writes the snapshot only at
+    /// open, as published.
+    pub fn checkpoint_every_bytes(mut self, every: Option<u64>) -> Self {
+        if Arc::strong_count(&self.0) != 1 {
+            error!(
+                "config has already been used to start \
+                 the system and probably should not be \
+                 mutated",
+            );
+        }
+        let m = Arc::make_mut(&mut self.0);
+        m.checkpoint_every_bytes = every;
         self
     }
 
@@ -836,6 +861,9 @@ impl RunningConfig {
                 let path_str = &*path.to_string_lossy();
                 if path_str.starts_with(&*absolute_path.to_string_lossy())
                     && !path_str.ends_with(".in___motion")
+                    // PATCH (vendor/sled/PATCHES.md §7): a snapshot that
+                    // the published build was writing when it crashed
+                    && !path_str.ends_with(".generating")
                 {
                     Some(path.to_path_buf())
                 } else {

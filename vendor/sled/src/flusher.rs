@@ -60,6 +60,10 @@ fn run(
     flush_every_ms: u64,
 ) {
     let flush_every = Duration::from_millis(flush_every_ms);
+    // PATCH (vendor/sled/PATCHES.md §7): checkpoints of the recovery snapshot.
+    let checkpoint_every = pagecache.config.checkpoint_every_bytes;
+    let mut next_checkpoint = checkpoint_every
+        .map(|every| pagecache.stable_lsn().saturating_add(lsn_len(every)));
     let mut shutdown = shutdown.lock();
     let mut wrote_data = false;
     while shutdown.is_running() || wrote_data {
@@ -159,6 +163,41 @@ fn run(
             error!("failed to fsync from periodic flush thread: {}", e);
         }
 
+        // PATCH (vendor/sled/PATCHES.md §7): once enough log has become stable
+        // since the last checkpoint, write a recovery snapshot that covers it,
+        // so that a start after a crash replays only what follows. A failed
+        // or skipped checkpoint loses nothing (the older snapshot and the log
+        // still recover everything), so it is retried after an eighth of the
+        // interval, and it never fails the tree. A panic inside it (an
+        // assertion in the log iterator) ends checkpoints for this process
+        // rather than the flusher, whose end would hang `Flusher::drop`.
+        if let (Some(every), Some(at)) = (checkpoint_every, next_checkpoint) {
+            let stable = pagecache.stable_lsn();
+            if shutdown.is_running() && stable >= at {
+                let every = lsn_len(every);
+                let ran = std::panic::catch_unwind(
+                    std::panic::AssertUnwindSafe(|| pagecache.checkpoint()),
+                );
+                next_checkpoint = match ran {
+                    Ok(Ok(Some(_))) => Some(stable.saturating_add(every)),
+                    Ok(Ok(None)) => {
+                        Some(stable.saturating_add((every / 8).max(1)))
+                    }
+                    Ok(Err(e)) => {
+                        warn!("checkpoint of the recovery snapshot failed: {}", e);
+                        Some(stable.saturating_add((every / 8).max(1)))
+                    }
+                    Err(_) => {
+                        error!(
+                            "checkpoint of the recovery snapshot panicked; \
+                             no more checkpoints in this process"
+                        );
+                        None
+                    }
+                };
+            }
+        }
+
         let sleep_duration = flush_every
             .checked_sub(before.elapsed())
             .unwrap_or_else(|| Duration::from_millis(1));
@@ -178,6 +217,11 @@ fn run(
     drop(shutdown);
 
     let _notified = sc.notify_all();
+}
+
+/// A byte count as a distance in LSNs (which are `i64`).
+fn lsn_len(bytes: u64) -> Lsn {
+    Lsn::try_from(bytes).unwrap_or(Lsn::max_value())
 }
 
 impl Drop for Flusher {

@@ -55,6 +55,7 @@ pub(crate) use self::{
     reservation::Reservation,
     snapshot::{read_snapshot_or_default, PageState, Snapshot},
 };
+use self::snapshot::checkpoint;
 
 pub use self::{
     constants::{
@@ -886,6 +887,20 @@ impl PageCache {
         drop(cc);
         guard.flush();
         ret
+    }
+
+    /// PATCH (vendor/sled/PATCHES.md §7): writes a recovery snapshot that
+    /// covers the log up to its stable LSN, from the log on disk (see
+    /// `snapshot::checkpoint`). Returns the LSN a start would now replay
+    /// from, or `None` if no snapshot was written. Run by the periodic
+    /// flusher.
+    pub(crate) fn checkpoint(&self) -> Result<Option<Lsn>> {
+        checkpoint(&self.config, self.log.stable_offset())
+    }
+
+    /// The log's stable LSN: the last byte a sync has covered.
+    pub(crate) fn stable_lsn(&self) -> Lsn {
+        self.log.stable_offset()
     }
 
     /// Initiate an atomic sequence of writes to the

@@ -4,9 +4,9 @@ use zstd::block::{compress, decompress};
 use crate::*;
 
 use super::{
-    arr_to_u32, gc_blobs, pwrite_all, raw_segment_iter_from, u32_to_arr,
-    u64_to_arr, BasedBuf, DiskPtr, LogIter, LogKind, LogOffset, Lsn,
-    MessageKind,
+    arr_to_u32, gc_blobs, pwrite_all, raw_segment_iter_from,
+    read_segment_header, u32_to_arr, u64_to_arr, BasedBuf, DiskPtr, LogIter,
+    LogKind, LogOffset, Lsn, MessageKind,
 };
 
 /// A snapshot of the state required to quickly restart
@@ -452,6 +452,202 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
     Ok(res)
 }
 
+/// PATCH (vendor/sled/PATCHES.md §7): a checkpoint while the tree runs.
+///
+/// Published, the recovery snapshot is written only when the tree opens
+/// (`read_snapshot_or_default`), so a start after a crash replays every log
+/// message written since the previous start: minutes of writes cost seconds of
+/// start-up. This runs recovery's own fold (`Snapshot::apply`, as
+/// `advance_snapshot` does) from the newest snapshot on disk over the part of
+/// the log that is already durable, and writes the result as a newer snapshot,
+/// so the next start replays only what follows it.
+///
+/// `stable` is the log's stable LSN (`IoBufs::stable`): the last byte of the
+/// contiguous prefix that a sync has covered. Every message that starts at or
+/// below it lies wholly within it, and a batch whose manifest names an LSN
+/// past it is left for the next start to judge, as recovery does.
+///
+/// It only reads the log and writes snapshot files: it never writes the log,
+/// never zeroes or truncates a segment (start-up does that, with the file to
+/// itself), never removes blobs, and never reads the running page table. So
+/// the worst it can do is write no snapshot. Why its result is as good as the
+/// one the next start would have computed from the older snapshot: the log
+/// changes under it only by segments being freed and reused, and a segment is
+/// freed only when every page it held was written again later (a `Replace` or
+/// `Free` at a higher LSN). So a message it folds in from a segment that is
+/// reused afterwards, or misses because the segment was being reused while it
+/// read, is one that a later message supersedes, and that later message is
+/// either folded in here or replayed by the next start.
+///
+/// Returns the new snapshot's stable LSN, or `None` when nothing was written.
+pub(crate) fn checkpoint(
+    config: &RunningConfig,
+    stable: Lsn,
+) -> Result<Option<Lsn>> {
+    let mut snapshot = read_snapshot(config)?.unwrap_or_else(Snapshot::default);
+    let from = snapshot.stable_lsn.unwrap_or(0);
+    if stable < from {
+        return Ok(None);
+    }
+
+    // The segments that hold the log from `from` to `stable`, in LSN order, by
+    // their headers. Headers of segments at or below `stable` were synced with
+    // their first buffer. A header that is unreadable, fails its checksum, or
+    // names an LSN outside the range (a segment being reused) is left out.
+    let segment_len = config.segment_size as Lsn;
+    let first_segment = from / segment_len * segment_len;
+    let file_len = config.file.metadata()?.len();
+    let mut segments = std::collections::BTreeMap::new();
+    let mut base: LogOffset = 0;
+    while base + SEG_HEADER_LEN as LogOffset <= file_len {
+        if let Ok(header) = read_segment_header(&config.file, base) {
+            if header.ok
+                && header.lsn >= first_segment
+                && header.lsn <= stable
+                && header.lsn % segment_len == 0
+            {
+                if segments.insert(header.lsn, base).is_some() {
+                    // Two segments claim one LSN: only start-up may settle that.
+                    warn!(
+                        "checkpoint skipped: two segments claim lsn {}",
+                        header.lsn
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        base += config.segment_size as LogOffset;
+    }
+
+    let mut iter = LogIter {
+        config: config.clone(),
+        max_lsn: Some(stable),
+        cur_lsn: None,
+        segment_base: None,
+        segments,
+        last_stage: true,
+    };
+
+    while let Some((log_kind, pid, lsn, ptr, sz)) = iter.next() {
+        if lsn < from {
+            // already in the snapshot we started from
+            continue;
+        }
+        if lsn > stable {
+            // cannot happen (the iterator stops at `max_lsn`); stop short
+            // rather than fold in anything that is not durable
+            return Ok(None);
+        }
+        snapshot.apply(log_kind, pid, lsn, ptr, sz)?;
+    }
+
+    let iterated_lsn = match iter.cur_lsn {
+        Some(lsn) if lsn > from => lsn,
+        _ => return Ok(None),
+    };
+
+    // The same coordinates `advance_snapshot` records for a log that ends
+    // here, so that a start which finds nothing after this point resumes
+    // writing where it would have.
+    let segment_progress = iterated_lsn % segment_len;
+    let (stable_lsn, active_segment) = if segment_progress
+        + MAX_MSG_HEADER_LEN as Lsn
+        >= segment_len
+    {
+        (config.normalize(iterated_lsn) + segment_len, None)
+    } else {
+        match iter.segment_base {
+            Some(BasedBuf { offset, .. })
+                if segment_progress >= SEG_HEADER_LEN as Lsn =>
+            {
+                (iterated_lsn, Some(offset))
+            }
+            // the iterator left the segment it ended in (a cap or a segment
+            // it could not read): no checkpoint rather than a guess
+            _ => return Ok(None),
+        }
+    };
+
+    snapshot.stable_lsn = Some(stable_lsn);
+    snapshot.active_segment = active_segment;
+    write_checkpoint(config, &snapshot)?;
+    Ok(Some(stable_lsn))
+}
+
+/// PATCH (vendor/sled/PATCHES.md §7): writes a checkpoint's snapshot so that a
+/// crash at any point leaves a snapshot that recovery can read.
+///
+/// Unlike `write_snapshot` (start-up's), the file is written under a name
+/// `get_snapshot_files` ignores (`.in___motion`) and only renamed to
+/// `snap.<lsn>` once complete and synced; the directory is synced before any
+/// older snapshot is removed; and only snapshots older than this one are
+/// removed.
+fn write_checkpoint(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
+    let stable_lsn = snapshot.stable_lsn.unwrap_or(0);
+    let raw_bytes = snapshot.serialize();
+    let decompressed_len = raw_bytes.len();
+
+    #[cfg(feature = "zstd")]
+    let bytes = if config.use_compression {
+        compress(&*raw_bytes, config.compression_factor).unwrap()
+    } else {
+        raw_bytes
+    };
+
+    #[cfg(not(feature = "zstd"))]
+    let bytes = raw_bytes;
+
+    let crc32: [u8; 4] = u32_to_arr(crc32(&bytes));
+    let len_bytes: [u8; 8] = u64_to_arr(decompressed_len as u64);
+
+    let dir = config.get_path();
+    let tmp = dir.join(format!("snap.{:016X}.in___motion", stable_lsn));
+    let done = dir.join(format!("snap.{:016X}", stable_lsn));
+
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all(&*bytes)?;
+        f.write_all(&len_bytes)?;
+        f.write_all(&crc32)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &done)?;
+    // The rename is durable before an older snapshot can be removed.
+    std::fs::File::open(&dir)?.sync_all()?;
+
+    // Older snapshots, and any checkpoint a crash left half-written.
+    for entry in std::fs::read_dir(&dir)? {
+        let path = match entry {
+            Ok(entry) => entry.path(),
+            Err(_) => continue,
+        };
+        let name = match path.file_name().and_then(|n| n.to_str()) {
+            Some(name) => name.to_owned(),
+            None => continue,
+        };
+        let lsn_hex = match name.strip_prefix("snap.") {
+            Some(rest) => rest.split('.').next().unwrap_or(""),
+            None => continue,
+        };
+        match Lsn::from_str_radix(lsn_hex, 16) {
+            Ok(lsn) if lsn < stable_lsn => {
+                if let Err(e) = std::fs::remove_file(&path) {
+                    warn!(
+                        "failed to remove old snapshot file {:?}: {}",
+                        path, e
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Read a `Snapshot` from disk.
 /// Returns an error if the read snapshot was corrupted.
 /// Returns `Ok(Some(snapshot))` if there was nothing written.
@@ -528,8 +724,15 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
     let crc32: [u8; 4] = u32_to_arr(crc32(&bytes));
     let len_bytes: [u8; 8] = u64_to_arr(decompressed_len as u64);
 
-    let path_1_suffix =
-        format!("snap.{:016X}.generating", snapshot.stable_lsn.unwrap_or(0));
+    // PATCH (vendor/sled/PATCHES.md §7): published, this was
+    // `.generating`, a name `get_snapshot_files` does not ignore: a crash
+    // while it was written left a torn file that sorts after every complete
+    // snapshot, and the next open failed on its checksum. `.in___motion` is
+    // the suffix `get_snapshot_files` skips.
+    let path_1_suffix = format!(
+        "snap.{:016X}.in___motion",
+        snapshot.stable_lsn.unwrap_or(0)
+    );
 
     let mut path_1 = config.get_path();
     path_1.push(path_1_suffix);
