@@ -113,7 +113,7 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The recovery snapshots in a sled data folder (`snap.<lsn>`), by name.
+/// The recovery snapshots in the server's sled folder (`<data>/store/snap.<lsn>`), by name.
 fn snapshots(data: &Path) -> BTreeSet<String> {
     std::fs::read_dir(data)
         .map(|d| {
@@ -944,7 +944,7 @@ async fn run(w: World) {
             }
             found.extend(errors);
         }
-        let snaps_at_start = snapshots(&w.data());
+        let snaps_at_start = snapshots(&w.data().join("store"));
         // Mixed load for a random short time, then SIGKILL while it is in flight.
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = vec![];
@@ -985,7 +985,7 @@ async fn run(w: World) {
         } else {
             0
         };
-        if !w.leased() && snapshots(&w.data()) != snaps_at_start {
+        if !w.leased() && snapshots(&w.data().join("store")) != snaps_at_start {
             checkpointed += 1;
         }
         if let Some(mut s) = servers[victim].take() {

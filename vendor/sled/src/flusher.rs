@@ -62,8 +62,16 @@ fn run(
     let flush_every = Duration::from_millis(flush_every_ms);
     // PATCH (vendor/sled/PATCHES.md §7): checkpoints of the recovery snapshot.
     let checkpoint_every = pagecache.config.checkpoint_every_bytes;
-    let mut next_checkpoint = checkpoint_every
-        .map(|every| pagecache.stable_lsn().saturating_add(lsn_len(every)));
+    // The first one comes at the first tick that finds anything new stable: a
+    // checkpoint must stop where every page below the highest one seen is
+    // accounted for (`snapshot::checkpoint`), and over a long stretch of log
+    // that begins with no snapshot (a new tree), pages whose early messages
+    // were in segments since reused make such points rare. Once one snapshot
+    // exists, they are everywhere.
+    let mut next_checkpoint = checkpoint_every.map(|every| {
+        let _ = every;
+        pagecache.stable_lsn().saturating_add(1)
+    });
     let mut shutdown = shutdown.lock();
     let mut wrote_data = false;
     while shutdown.is_running() || wrote_data {
@@ -167,25 +175,24 @@ fn run(
         // since the last checkpoint, write a recovery snapshot that covers it,
         // so that a start after a crash replays only what follows. A failed
         // or skipped checkpoint loses nothing (the older snapshot and the log
-        // still recover everything), so it is retried after an eighth of the
-        // interval, and it never fails the tree. A panic inside it (an
+        // still recover everything), so it is retried after at most
+        // `CHECKPOINT_RETRY` more bytes, and it never fails the tree. A panic inside it (an
         // assertion in the log iterator) ends checkpoints for this process
         // rather than the flusher, whose end would hang `Flusher::drop`.
         if let (Some(every), Some(at)) = (checkpoint_every, next_checkpoint) {
             let stable = pagecache.stable_lsn();
             if shutdown.is_running() && stable >= at {
+                let retry = lsn_len(every.min(CHECKPOINT_RETRY));
                 let every = lsn_len(every);
                 let ran = std::panic::catch_unwind(
                     std::panic::AssertUnwindSafe(|| pagecache.checkpoint()),
                 );
                 next_checkpoint = match ran {
                     Ok(Ok(Some(_))) => Some(stable.saturating_add(every)),
-                    Ok(Ok(None)) => {
-                        Some(stable.saturating_add((every / 8).max(1)))
-                    }
+                    Ok(Ok(None)) => Some(stable.saturating_add(retry)),
                     Ok(Err(e)) => {
                         warn!("checkpoint of the recovery snapshot failed: {}", e);
-                        Some(stable.saturating_add((every / 8).max(1)))
+                        Some(stable.saturating_add(retry))
                     }
                     Err(_) => {
                         error!(
@@ -218,6 +225,10 @@ fn run(
 
     let _notified = sc.notify_all();
 }
+
+/// PATCH (vendor/sled/PATCHES.md §7): how much stable log before the first
+/// checkpoint, and before another try after one that wrote nothing.
+const CHECKPOINT_RETRY: u64 = 8 * 1024 * 1024;
 
 /// A byte count as a distance in LSNs (which are `i64`).
 fn lsn_len(bytes: u64) -> Lsn {

@@ -646,9 +646,24 @@ impl Serialize for DiskPtr {
     }
 }
 
+/// PATCH (vendor/sled/PATCHES.md §7): how a snapshot file holds a page that
+/// the log so far has not accounted for (`PageState::Uninitialized`): a
+/// `Free` at an LSN no message has. A checkpoint stops at a point of the log
+/// where such pages exist (a page allocated just after a higher one, or a page
+/// whose earlier messages were in segments since reused, whose surviving
+/// message comes later); the start that reads the snapshot replays that
+/// message and sets the page, as it would have from an older snapshot. Every
+/// byte value of the tag is taken (0 `Free`, 1 to 255 `Present` with 0 to 254
+/// fragments), hence a sentinel LSN rather than a new tag.
+const UNINITIALIZED_LSN: i64 = i64::MIN;
+
 impl Serialize for PageState {
     fn serialized_size(&self) -> u64 {
         match self {
+            PageState::Uninitialized => {
+                1 + UNINITIALIZED_LSN.serialized_size()
+                    + DiskPtr::Inline(0).serialized_size()
+            }
             PageState::Free(a, disk_ptr) => {
                 1 + a.serialized_size() + disk_ptr.serialized_size()
             }
@@ -665,6 +680,11 @@ impl Serialize for PageState {
 
     fn serialize_into(&self, buf: &mut &mut [u8]) {
         match self {
+            PageState::Uninitialized => {
+                0_u8.serialize_into(buf);
+                UNINITIALIZED_LSN.serialize_into(buf);
+                DiskPtr::Inline(0).serialize_into(buf);
+            }
             PageState::Free(lsn, disk_ptr) => {
                 0_u8.serialize_into(buf);
                 lsn.serialize_into(buf);
@@ -688,10 +708,15 @@ impl Serialize for PageState {
         let discriminant = buf[0];
         *buf = &buf[1..];
         Ok(match discriminant {
-            0 => PageState::Free(
-                i64::deserialize(buf)?,
-                DiskPtr::deserialize(buf)?,
-            ),
+            0 => {
+                let lsn = i64::deserialize(buf)?;
+                let ptr = DiskPtr::deserialize(buf)?;
+                if lsn == UNINITIALIZED_LSN {
+                    PageState::Uninitialized
+                } else {
+                    PageState::Free(lsn, ptr)
+                }
+            }
             len => PageState::Present {
                 base: Serialize::deserialize(buf)?,
                 frags: deserialize_bounded_sequence(buf, usize::from(len - 1))?,

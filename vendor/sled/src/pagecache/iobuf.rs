@@ -524,6 +524,7 @@ impl IoBufs {
             segment_base: None,
             segments,
             last_stage: false,
+            skip_reused: false,
         }
     }
 

@@ -15,6 +15,12 @@ pub struct LogIter {
     pub max_lsn: Option<Lsn>,
     pub cur_lsn: Option<Lsn>,
     pub last_stage: bool,
+    /// PATCH (vendor/sled/PATCHES.md §7): a checkpoint reads the log while
+    /// segments are freed and reused; a segment whose header no longer names
+    /// the LSN it was listed under was reused after it was listed, so its
+    /// messages are superseded, and it is skipped instead of ending the
+    /// iteration (which is what recovery, with the file to itself, does).
+    pub skip_reused: bool,
 }
 
 impl Iterator for LogIter {
@@ -220,6 +226,12 @@ impl LogIter {
         );
         let f = &self.config.file;
         let segment_header = read_segment_header(f, offset)?;
+        if self.skip_reused
+            && (!segment_header.ok || segment_header.lsn != lsn)
+        {
+            self.segments.remove(&lsn);
+            return self.read_segment();
+        }
         if offset % self.config.segment_size as LogOffset != 0 {
             debug!("segment offset not divisible by segment length");
             return Err(Error::corruption(None));
@@ -446,6 +458,7 @@ fn check_contiguity_in_unstable_tail(
         max_lsn: missing_item_in_tail,
         cur_lsn: None,
         last_stage: false,
+        skip_reused: false,
     };
 
     // run the iterator to completion
@@ -513,5 +526,6 @@ pub fn raw_segment_iter_from(
         segment_base: None,
         segments,
         last_stage: true,
+        skip_reused: false,
     })
 }

@@ -469,15 +469,19 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
 ///
 /// It only reads the log and writes snapshot files: it never writes the log,
 /// never zeroes or truncates a segment (start-up does that, with the file to
-/// itself), never removes blobs, and never reads the running page table. So
-/// the worst it can do is write no snapshot. Why its result is as good as the
+/// itself), never removes blobs, and never reads the running page table, so it
+/// cannot damage the log or the running tree. Why its result is as good as the
 /// one the next start would have computed from the older snapshot: the log
 /// changes under it only by segments being freed and reused, and a segment is
 /// freed only when every page it held was written again later (a `Replace` or
 /// `Free` at a higher LSN). So a message it folds in from a segment that is
 /// reused afterwards, or misses because the segment was being reused while it
 /// read, is one that a later message supersedes, and that later message is
-/// either folded in here or replayed by the next start.
+/// either folded in here or replayed by the next start. For the same reason
+/// the result may hold `Uninitialized` pages (a page whose surviving message
+/// lies past the point where the fold stopped, or one allocated just after a
+/// higher one): the next start's fold sets them, as it would have from the
+/// older snapshot (`serialization.rs` writes them with a sentinel LSN).
 ///
 /// Returns the new snapshot's stable LSN, or `None` when nothing was written.
 pub(crate) fn checkpoint(
@@ -492,29 +496,27 @@ pub(crate) fn checkpoint(
 
     // The segments that hold the log from `from` to `stable`, in LSN order, by
     // their headers. Headers of segments at or below `stable` were synced with
-    // their first buffer. A header that is unreadable, fails its checksum, or
-    // names an LSN outside the range (a segment being reused) is left out.
+    // their first buffer. A header that fails its checksum or names an LSN
+    // outside the range (a segment free or being reused) is left out; one that
+    // changes after this scan is skipped by the iterator (`skip_reused`).
     let segment_len = config.segment_size as Lsn;
     let first_segment = from / segment_len * segment_len;
     let file_len = config.file.metadata()?.len();
     let mut segments = std::collections::BTreeMap::new();
     let mut base: LogOffset = 0;
     while base + SEG_HEADER_LEN as LogOffset <= file_len {
-        if let Ok(header) = read_segment_header(&config.file, base) {
-            if header.ok
-                && header.lsn >= first_segment
-                && header.lsn <= stable
-                && header.lsn % segment_len == 0
-            {
-                if segments.insert(header.lsn, base).is_some() {
-                    // Two segments claim one LSN: only start-up may settle that.
-                    warn!(
-                        "checkpoint skipped: two segments claim lsn {}",
-                        header.lsn
-                    );
-                    return Ok(None);
-                }
-            }
+        // An I/O error aborts the checkpoint: skipping a segment that a
+        // start would read could leave a page's latest message out.
+        let header = read_segment_header(&config.file, base)?;
+        if header.ok
+            && header.lsn >= first_segment
+            && header.lsn <= stable
+            && header.lsn % segment_len == 0
+            && segments.insert(header.lsn, base).is_some()
+        {
+            // Two segments claim one LSN: only start-up may settle that.
+            warn!("checkpoint skipped: two segments claim lsn {}", header.lsn);
+            return Ok(None);
         }
         base += config.segment_size as LogOffset;
     }
@@ -526,6 +528,7 @@ pub(crate) fn checkpoint(
         segment_base: None,
         segments,
         last_stage: true,
+        skip_reused: true,
     };
 
     while let Some((log_kind, pid, lsn, ptr, sz)) = iter.next() {
