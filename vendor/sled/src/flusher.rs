@@ -62,16 +62,10 @@ fn run(
     let flush_every = Duration::from_millis(flush_every_ms);
     // PATCH (vendor/sled/PATCHES.md §7): checkpoints of the recovery snapshot.
     let checkpoint_every = pagecache.config.checkpoint_every_bytes;
-    // The first one comes at the first tick that finds anything new stable: a
-    // checkpoint must stop where every page below the highest one seen is
-    // accounted for (`snapshot::checkpoint`), and over a long stretch of log
-    // that begins with no snapshot (a new tree), pages whose early messages
-    // were in segments since reused make such points rare. Once one snapshot
-    // exists, they are everywhere.
-    let mut next_checkpoint = checkpoint_every.map(|every| {
-        let _ = every;
-        pagecache.stable_lsn().saturating_add(1)
-    });
+    // The first one comes at the first tick that finds anything new stable,
+    // so a new tree has a snapshot to fold from soon after it opens.
+    let mut next_checkpoint =
+        checkpoint_every.map(|_| pagecache.stable_lsn().saturating_add(1));
     let mut shutdown = shutdown.lock();
     let mut wrote_data = false;
     while shutdown.is_running() || wrote_data {

@@ -186,97 +186,101 @@ impl LogIter {
     /// pausing segment rewriting on the segment accountant!
     fn read_segment(&mut self) -> Result<()> {
         let _measure = Measure::new(&M.segment_read);
-        if self.segments.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                "no segments remaining to iterate over",
-            )
-            .into());
-        }
-
-        let first_ref = self.segments.iter().next().unwrap();
-        let (lsn, offset) = (*first_ref.0, *first_ref.1);
-
-        if let Some(max_lsn) = self.max_lsn {
-            if lsn > max_lsn {
+        loop {
+            if self.segments.is_empty() {
                 return Err(io::Error::new(
                     io::ErrorKind::Other,
-                    "next segment is above our configured max_lsn",
+                    "no segments remaining to iterate over",
                 )
                 .into());
             }
-        }
 
-        assert!(
-            lsn + (self.config.segment_size as Lsn)
-                >= self.cur_lsn.unwrap_or(0),
-            "caller is responsible for providing segments \
-             that contain the initial cur_lsn value or higher"
-        );
+            let first_ref = self.segments.iter().next().unwrap();
+            let (lsn, offset) = (*first_ref.0, *first_ref.1);
 
-        trace!(
-            "LogIter::read_segment lsn: {:?} cur_lsn: {:?}",
-            lsn,
-            self.cur_lsn
-        );
-        // we add segment_len to this check because we may be getting the
-        // initial segment that is a bit behind where we left off before.
-        assert!(
-            lsn + self.config.segment_size as Lsn >= self.cur_lsn.unwrap_or(0)
-        );
-        let f = &self.config.file;
-        let segment_header = read_segment_header(f, offset)?;
-        if self.skip_reused
-            && (!segment_header.ok || segment_header.lsn != lsn)
-        {
+            if let Some(max_lsn) = self.max_lsn {
+                if lsn > max_lsn {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Other,
+                        "next segment is above our configured max_lsn",
+                    )
+                    .into());
+                }
+            }
+
+            assert!(
+                lsn + (self.config.segment_size as Lsn)
+                    >= self.cur_lsn.unwrap_or(0),
+                "caller is responsible for providing segments \
+                 that contain the initial cur_lsn value or higher"
+            );
+
+            trace!(
+                "LogIter::read_segment lsn: {:?} cur_lsn: {:?}",
+                lsn,
+                self.cur_lsn
+            );
+            // we add segment_len to this check because we may be getting the
+            // initial segment that is a bit behind where we left off before.
+            assert!(
+                lsn + self.config.segment_size as Lsn >= self.cur_lsn.unwrap_or(0)
+            );
+            let f = &self.config.file;
+            let segment_header = read_segment_header(f, offset)?;
+            if self.skip_reused
+                && (!segment_header.ok || segment_header.lsn != lsn)
+            {
+                self.segments.remove(&lsn);
+                // PATCH (vendor/sled/PATCHES.md §7): a loop, not a recursion:
+                // a long run of reused segments must not grow the stack.
+                continue;
+            }
+            if offset % self.config.segment_size as LogOffset != 0 {
+                debug!("segment offset not divisible by segment length");
+                return Err(Error::corruption(None));
+            }
+            if segment_header.lsn % self.config.segment_size as Lsn != 0 {
+                debug!(
+                    "expected a segment header lsn that is divisible \
+                     by the segment_size ({}) instead it was {}",
+                    self.config.segment_size, segment_header.lsn
+                );
+                return Err(Error::corruption(None));
+            }
+
+            if segment_header.lsn != lsn {
+                // this page was torn, nothing to read
+                debug!(
+                    "segment header lsn ({}) != expected lsn ({})",
+                    segment_header.lsn, lsn
+                );
+                return Err(io::Error::new(
+                    io::ErrorKind::Other,
+                    "encountered torn segment",
+                )
+                .into());
+            }
+
+            trace!("read segment header {:?}", segment_header);
+
+            let mut buf = vec![0; self.config.segment_size];
+            let size = pread_exact_or_eof(f, &mut buf, offset)?;
+
+            trace!("setting stored segment buffer length to {} after read", size);
+            buf.truncate(size);
+
+            self.cur_lsn = Some(segment_header.lsn + SEG_HEADER_LEN as Lsn);
+
+            self.segment_base = Some(BasedBuf { buf, offset });
+
+            // NB this should only happen after we've successfully read
+            // the header, because we want to zero the segment if we
+            // fail to read that, and we use the remaining segment
+            // list to perform zeroing off of.
             self.segments.remove(&lsn);
-            return self.read_segment();
+
+            return Ok(());
         }
-        if offset % self.config.segment_size as LogOffset != 0 {
-            debug!("segment offset not divisible by segment length");
-            return Err(Error::corruption(None));
-        }
-        if segment_header.lsn % self.config.segment_size as Lsn != 0 {
-            debug!(
-                "expected a segment header lsn that is divisible \
-                 by the segment_size ({}) instead it was {}",
-                self.config.segment_size, segment_header.lsn
-            );
-            return Err(Error::corruption(None));
-        }
-
-        if segment_header.lsn != lsn {
-            // this page was torn, nothing to read
-            debug!(
-                "segment header lsn ({}) != expected lsn ({})",
-                segment_header.lsn, lsn
-            );
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                "encountered torn segment",
-            )
-            .into());
-        }
-
-        trace!("read segment header {:?}", segment_header);
-
-        let mut buf = vec![0; self.config.segment_size];
-        let size = pread_exact_or_eof(f, &mut buf, offset)?;
-
-        trace!("setting stored segment buffer length to {} after read", size);
-        buf.truncate(size);
-
-        self.cur_lsn = Some(segment_header.lsn + SEG_HEADER_LEN as Lsn);
-
-        self.segment_base = Some(BasedBuf { buf, offset });
-
-        // NB this should only happen after we've successfully read
-        // the header, because we want to zero the segment if we
-        // fail to read that, and we use the remaining segment
-        // list to perform zeroing off of.
-        self.segments.remove(&lsn);
-
-        Ok(())
     }
 }
 
