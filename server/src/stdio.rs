@@ -14,6 +14,8 @@
 //! without removing it) and is replaced. An endpoint file is only believed when
 //! its address is loopback and `/healthz` there answers with the same `server_id`.
 
+pub mod streams;
+
 use crate::config::{Config, ConfigSource};
 use crate::mcp::McpHandler;
 use crate::run::{self, Announce, ServeOptions};
@@ -425,7 +427,7 @@ fn on_own_thread(
             };
             crate::store::flush_inline_on_this_thread();
             let r = rt.block_on(async move {
-                let (reader, writer) = stdio_streams();
+                let (reader, writer) = (streams::stdin(), streams::stdout());
                 serve_lines(svc, identity, reader, writer).await
             });
             let _ = done_tx.send(r);
@@ -438,41 +440,6 @@ fn on_own_thread(
             .await
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the stdio session's thread ended early")))
     })
-}
-
-/// Our stdin and stdout as async streams. When they are pipes (as a host that
-/// launches MCP servers makes them), they are read and written in non-blocking mode
-/// on the runtime's reactor; tokio's `stdin()`/`stdout()` instead run every read and
-/// every write on a blocking-pool thread, two thread hand-offs per call that a
-/// sequential client pays in full. Anything else (a file, a terminal) keeps tokio's
-/// blocking streams. Non-blocking mode is a property of the open pipe, shared with
-/// any other process holding the same end; a host that launches MCP servers gives
-/// each its own pipes, and nothing else in this process writes to stdout here.
-fn stdio_streams() -> (
-    Box<dyn AsyncRead + Unpin + Send>,
-    Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
-) {
-    use std::os::fd::AsFd;
-    use tokio::net::unix::pipe;
-    let rx = std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(pipe::Receiver::from_owned_fd);
-    let tx = std::io::stdout()
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(pipe::Sender::from_owned_fd);
-    match (rx, tx) {
-        (Ok(rx), Ok(tx)) => (Box::new(rx), Box::new(tx)),
-        (rx, tx) => {
-            tracing::debug!(
-                stdin_pipe = rx.is_ok(),
-                stdout_pipe = tx.is_ok(),
-                "stdin/stdout are not both pipes: using blocking stdio"
-            );
-            (Box::new(tokio::io::stdin()), Box::new(tokio::io::stdout()))
-        }
-    }
 }
 
 /// Requests handed to rmcp and not yet answered: stdin closing waits for them.
@@ -594,6 +561,9 @@ where
     // is queued and ends, even while a call nobody waits for any more (a cancelled
     // long poll on the direct path) still holds a sender.
     let (finish_tx, mut finish_rx) = tokio::sync::watch::channel(false);
+    // Notified by the writer when stdout fails: the reader stops and the session ends.
+    let broken = Arc::new(tokio::sync::Notify::new());
+    let broken_tx = broken.clone();
     let write_task = tokio::spawn(async move {
         let mut w = writer;
         let mut buf = Vec::new();
@@ -625,10 +595,14 @@ where
                 buf.extend_from_slice(more.as_bytes());
                 buf.push(b'\n');
             }
-            if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
-                break;
+            if let Err(e) = write_out(&mut w, &buf).await {
+                // Answers can no longer reach the host: end the session (the reader is
+                // stopped below) and say why, rather than read on and answer nobody.
+                broken_tx.notify_one();
+                return Some(e);
             }
         }
+        None
     });
     let pending = Arc::new(Pending::default());
     let sink = {
@@ -641,14 +615,21 @@ where
                     JsonRpcMessage::Error(e) => e.id.clone(),
                     _ => None,
                 };
-                let line = serde_json::to_string(&msg).map_err(std::io::Error::other)?;
-                let sent = tx.send(line).await;
+                // Never an error: an unfold sink that returned one panics on rmcp's next
+                // send ("start_send called without poll_ready"). A line that cannot be
+                // serialised is logged; one the writer can no longer take is dropped,
+                // because a failed writer ends the session itself (see `write_task`).
+                match serde_json::to_string(&msg) {
+                    Ok(line) => {
+                        if tx.send(line).await.is_err() {
+                            tracing::debug!("stdout is closed: an answer was dropped");
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "cannot serialise an answer"),
+                }
                 if let Some(id) = id {
                     pending.done(&serde_json::to_string(&id).unwrap_or_default());
                 }
-                sent.map_err(|_| {
-                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout closed")
-                })?;
                 Ok::<_, std::io::Error>((tx, pending))
             },
         ))
@@ -663,6 +644,11 @@ where
         handler.clone(),
     ));
     drop(out_tx);
+    let stop_reading = read_task.abort_handle();
+    let watch_writer = tokio::spawn(async move {
+        broken.notified().await;
+        stop_reading.abort();
+    });
     let stream = tokio_stream::wrappers::ReceiverStream::new(in_rx);
     match rmcp::serve_server(handler, (sink, stream)).await {
         Ok(running) => {
@@ -673,10 +659,22 @@ where
         // stdin closed (or broke) before `initialize`: nothing to serve.
         Err(e) => tracing::info!(error = %e, "the stdio session ended before it began"),
     }
-    let read = read_task.await.context("the stdin reader failed")?;
+    let read = read_task.await;
     let _ = finish_tx.send(true);
-    let _ = write_task.await;
-    read.context("cannot read stdin")
+    let write_failed = write_task.await.ok().flatten();
+    watch_writer.abort();
+    if let Some(e) = write_failed {
+        return Err(anyhow::Error::new(e)
+            .context("cannot write stdout: answers can no longer reach the host"));
+    }
+    read.context("the stdin reader failed")?
+        .context("cannot read stdin")
+}
+
+/// Writes a batch of answers and flushes it.
+async fn write_out<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, buf: &[u8]) -> std::io::Result<()> {
+    w.write_all(buf).await?;
+    w.flush().await
 }
 
 /// The first protocol revision whose sessions rmcp shapes differently (inline
