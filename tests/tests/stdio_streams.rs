@@ -111,10 +111,8 @@ impl Drop for Reaped {
     }
 }
 
-fn run_pair(input: End, output: End) -> Result<()> {
-    let w = World::new(&["alice", "bob"])?;
-    w.write_policy("note.write.toml", NOTE_POLICY_ALICE_AND_BOB)?;
-    let reqs = requests();
+/// `approval-server stdio` on the world's folder, stderr to `stderr.log` in it.
+fn session(w: &World) -> Result<Command> {
     let mut cmd = Command::new(bin("approval-server"));
     cmd.arg("stdio")
         .arg("--data")
@@ -125,6 +123,14 @@ fn run_pair(input: End, output: End) -> Result<()> {
         .arg(&w.keys)
         .args(["--listen", "127.0.0.1:0"])
         .stderr(File::create(w.path().join("stderr.log"))?);
+    Ok(cmd)
+}
+
+fn run_pair(input: End, output: End) -> Result<()> {
+    let w = World::new(&["alice", "bob"])?;
+    w.write_policy("note.write.toml", NOTE_POLICY_ALICE_AND_BOB)?;
+    let reqs = requests();
+    let mut cmd = session(&w)?;
 
     // Input: what we keep to write with (a pipe is taken from the child after spawn).
     let mut feeder: Option<Box<dyn Write + Send>> = None;
@@ -302,18 +308,9 @@ fn a_session_whose_stdout_closes_ends_with_an_error() -> Result<()> {
     w.write_policy("note.write.toml", NOTE_POLICY_ALICE_AND_BOB)?;
     let log = w.path().join("stderr.log");
     let mut child = Reaped(
-        Command::new(bin("approval-server"))
-            .arg("stdio")
-            .arg("--data")
-            .arg(&w.data)
-            .arg("--policies")
-            .arg(&w.policies)
-            .arg("--keys")
-            .arg(&w.keys)
-            .args(["--listen", "127.0.0.1:0"])
+        session(&w)?
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(File::create(&log)?)
             .spawn()?,
     );
     let mut stdin = child.0.stdin.take().context("stdin")?;

@@ -89,50 +89,49 @@ fn socket_stream(fd: OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
 /// Our stdin as an async reader (see the module doc).
 pub fn stdin() -> Reader {
     let stdin = std::io::stdin();
-    let fd = stdin.as_fd();
-    let kind = kind_of(fd);
-    let made: std::io::Result<Reader> = match kind {
-        Kind::Pipe => fd
-            .try_clone_to_owned()
-            .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd)
-            .map(|r| Box::new(r) as Reader),
-        Kind::Socket => fd
-            .try_clone_to_owned()
-            .and_then(socket_stream)
-            .map(|s| Box::new(s) as Reader),
-        Kind::Blocking => Err(std::io::ErrorKind::Unsupported.into()),
-    };
-    made.unwrap_or_else(|e| {
-        if kind != Kind::Blocking {
-            tracing::debug!(error = %e, ?kind, "stdin on the reactor failed: reading it on a thread");
-        }
-        ensure_blocking(fd);
-        Box::new(tokio::io::stdin())
-    })
+    drive(
+        stdin.as_fd(),
+        "stdin",
+        |fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map(|r| Box::new(r) as Reader),
+        |s| Box::new(s) as Reader,
+        || Box::new(tokio::io::stdin()),
+    )
 }
 
 /// Our stdout as an async writer (see the module doc).
 pub fn stdout() -> Writer {
     let stdout = std::io::stdout();
-    let fd = stdout.as_fd();
+    drive(
+        stdout.as_fd(),
+        "stdout",
+        |fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).map(|w| Box::new(w) as Writer),
+        |s| Box::new(s) as Writer,
+        || Box::new(tokio::io::stdout()),
+    )
+}
+
+/// The one decision for either stream: `pipe`, `socket` or `blocking` makes the
+/// stream for what `fd` is; a reactor stream that cannot be made falls back to a
+/// blocking one, on a file in blocking mode.
+fn drive<T>(
+    fd: BorrowedFd<'_>,
+    name: &str,
+    pipe: impl FnOnce(OwnedFd) -> std::io::Result<T>,
+    socket: impl FnOnce(tokio::net::UnixStream) -> T,
+    blocking: impl FnOnce() -> T,
+) -> T {
     let kind = kind_of(fd);
-    let made: std::io::Result<Writer> = match kind {
-        Kind::Pipe => fd
-            .try_clone_to_owned()
-            .and_then(tokio::net::unix::pipe::Sender::from_owned_fd)
-            .map(|w| Box::new(w) as Writer),
-        Kind::Socket => fd
-            .try_clone_to_owned()
-            .and_then(socket_stream)
-            .map(|s| Box::new(s) as Writer),
+    let made = match kind {
+        Kind::Pipe => fd.try_clone_to_owned().and_then(pipe),
+        Kind::Socket => fd.try_clone_to_owned().and_then(socket_stream).map(socket),
         Kind::Blocking => Err(std::io::ErrorKind::Unsupported.into()),
     };
     made.unwrap_or_else(|e| {
         if kind != Kind::Blocking {
-            tracing::debug!(error = %e, ?kind, "stdout on the reactor failed: writing it on a thread");
+            tracing::debug!(error = %e, ?kind, "{name} on the reactor failed: using a thread");
         }
         ensure_blocking(fd);
-        Box::new(tokio::io::stdout())
+        blocking()
     })
 }
 
