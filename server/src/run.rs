@@ -483,7 +483,9 @@ fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signa
     let every = match svc.store().leases() {
         Some(lease) => (lease / 2)
             .clamp(Duration::from_millis(200), Duration::from_secs(5))
-            .min(crate::store::postgres::lease::Leadership::renewal_for(lease)),
+            .min(crate::store::postgres::lease::Leadership::renewal_for(
+                lease,
+            )),
         None => Duration::from_secs(5),
     };
     tokio::spawn(async move {

@@ -158,9 +158,16 @@ url = "{hook_url}"
     w.signer("alice", &b).approve(&id).await?;
     w.signer("bob", &b).approve(&id).await?;
     // A, the leader, delivers what is queued.
-    poll_until("A delivering a notification", Duration::from_secs(15), || async {
-        Ok((!seen.of(&id).is_empty() && a.log().contains("notification delivered")).then_some(()))
-    })
+    poll_until(
+        "A delivering a notification",
+        Duration::from_secs(15),
+        || async {
+            Ok(
+                (!seen.of(&id).is_empty() && a.log().contains("notification delivered"))
+                    .then_some(()),
+            )
+        },
+    )
     .await?;
     assert!(
         !b.log().contains("notification delivered"),
@@ -172,12 +179,16 @@ url = "{hook_url}"
         let (mcp, id, hash) = (mcp_a.clone(), id.clone(), hash.clone());
         tokio::spawn(async move { mcp.execute(&id, &hash).await })
     };
-    poll_until("the effect's witness line", Duration::from_secs(10), || async {
-        Ok(std::fs::read_to_string(&witness)
-            .ok()
-            .filter(|t| t.ends_with('\n'))
-            .map(|_| ()))
-    })
+    poll_until(
+        "the effect's witness line",
+        Duration::from_secs(10),
+        || async {
+            Ok(std::fs::read_to_string(&witness)
+                .ok()
+                .filter(|t| t.ends_with('\n'))
+                .map(|_| ()))
+        },
+    )
     .await?;
     assert_eq!(mcp_b.status(&id).await?.status(), "EXECUTING");
 
@@ -206,8 +217,12 @@ url = "{hook_url}"
     })
     .await?;
     let delivered = frozen.elapsed();
-    eprintln!("frozen leader: claim ended after {ended:?}, notification delivered after {delivered:?}");
-    assert!(b.log().contains("execution lease expired: now OUTCOME_UNKNOWN"));
+    eprintln!(
+        "frozen leader: claim ended after {ended:?}, notification delivered after {delivered:?}"
+    );
+    assert!(b
+        .log()
+        .contains("execution lease expired: now OUTCOME_UNKNOWN"));
 
     // Continue A: it finds its lead gone and does not act as leader.
     let log_before = a.log().len();
@@ -216,15 +231,21 @@ url = "{hook_url}"
         .await?
         .proposal_id();
     signal(a.pid, "-CONT")?;
-    poll_until("A to see its lead gone", Duration::from_secs(10), || async {
-        Ok(a.log()[log_before..]
-            .contains("no longer acting as leader")
-            .then_some(()))
-    })
+    poll_until(
+        "A to see its lead gone",
+        Duration::from_secs(10),
+        || async {
+            Ok(a.log()[log_before..]
+                .contains("no longer acting as leader")
+                .then_some(()))
+        },
+    )
     .await?;
-    poll_until("the third proposal's notification", Duration::from_secs(15), || async {
-        Ok((!seen.of(&more).is_empty()).then_some(()))
-    })
+    poll_until(
+        "the third proposal's notification",
+        Duration::from_secs(15),
+        || async { Ok((!seen.of(&more).is_empty()).then_some(())) },
+    )
     .await?;
     // Several of A's ticks (sweep and delivery) after it woke.
     tokio::time::sleep(Duration::from_secs(4)).await;

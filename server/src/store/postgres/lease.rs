@@ -152,7 +152,11 @@ impl Leadership {
                 return Next::Ask(Some(h.epoch));
             }
         }
-        if !take || st.asked.is_some_and(|a| now.saturating_duration_since(a) < TAKEOVER_RETRY) {
+        if !take
+            || st
+                .asked
+                .is_some_and(|a| now.saturating_duration_since(a) < TAKEOVER_RETRY)
+        {
             return Next::No;
         }
         st.asked = Some(now);
