@@ -344,7 +344,7 @@ impl Drop for PgStore {
     }
 }
 
-/// The key of an advisory lock: one per task and schema (tests share a database).
+/// The key of the migrator's advisory lock, per schema (tests share a database).
 const LOCK_KEY: &str = "hashtext(current_schema() || ':' || $1)";
 
 impl PgStore {
