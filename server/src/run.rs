@@ -478,9 +478,14 @@ pub async fn leads(svc: &Service, task: &'static str) -> bool {
 fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signal::unix::Signal>) {
     let sweeper = svc.clone();
     // With leases (several instances), a dead instance's claims are found within
-    // half a lease of expiring.
+    // half a lease of expiring, and the sweep's leader ticks often enough to renew its
+    // leadership lease (store/postgres/lease.rs).
     let every = match svc.store().leases() {
-        Some(lease) => (lease / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        Some(lease) => (lease / 2)
+            .clamp(Duration::from_millis(200), Duration::from_secs(5))
+            .min(crate::store::postgres::lease::Leadership::renewal_for(
+                lease,
+            )),
         None => Duration::from_secs(5),
     };
     tokio::spawn(async move {

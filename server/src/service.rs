@@ -1164,6 +1164,11 @@ impl Service {
         // The store's deadline index hands over only what is due; a backlog larger
         // than one batch is finished by the next ticks.
         for head in self.store.due(now, SWEEP_BATCH)? {
+            // Only while this instance still leads the sweep (it may have been frozen
+            // mid-batch and replaced): a leader never acts on an old belief.
+            if !self.store.still_leads("sweep") {
+                break;
+            }
             self.transition(&head.preview.proposal_id, |cur, now| {
                 let Ok(life) = cur.lifecycle.expire(now) else {
                     return Ok(None);
@@ -1213,6 +1218,11 @@ impl Service {
         let expired = self.store.expired_claims(SWEEP_BATCH)?;
         let mut ended = 0;
         for id in &expired {
+            // Only while this instance still leads the sweep; the store checks the
+            // lead again inside the write that ends the claim.
+            if !self.store.still_leads("sweep") {
+                break;
+            }
             // One attempt, through the store's lease check: a claim renewed since
             // `expired_claims` read it (its instance is alive, only slow) is left
             // alone, and the next sweep looks again.

@@ -336,6 +336,11 @@ async fn pass(
             if item.done.contains(&i) {
                 continue;
             }
+            // Right before each send: a leader frozen mid-pass and replaced must not
+            // send what the new leader delivers (store/postgres/lease.rs).
+            if !svc.store().still_leads("outbox") {
+                return Ok(());
+            }
             let n = notice(svc, &rec, &item, ch.include_payload());
             let r = match ch {
                 NotifyChannel::Webhook { .. } => webhook::send(http, ch, &n, &delivery).await,

@@ -373,8 +373,18 @@ pub trait Store: Send + Sync + 'static {
         Ok(Vec::new())
     }
     /// Whether this instance leads background `task` (expiry sweep, outbox delivery)
-    /// now: exactly one instance does at a time, and another takes over when it dies.
+    /// now, taking or renewing its lead: one instance does at a time, and another
+    /// takes over when it dies or stops renewing (frozen). Called at each tick.
     fn try_lead(&self, _task: &str) -> bool {
+        true
+    }
+    /// Whether this instance still leads `task`, checked right before each act of a
+    /// leader (a notification sent, a record swept): false once its lead may have
+    /// passed to another instance (e.g. this process was frozen past its lease). It
+    /// renews a lead that is due but never takes one. A store shared by several
+    /// instances also refuses [`Store::end_expired_claim`] (`Conflict`) unless this
+    /// instance's lead of the `"sweep"` task is current inside that write.
+    fn still_leads(&self, _task: &str) -> bool {
         true
     }
     /// Changes made by other instances (`None`: some may have been missed, re-read

@@ -16,9 +16,10 @@
 //!   instance that dies stops renewing; a surviving instance's sweeper finds the
 //!   expired lease ([`Store::expired_claims`]) and ends the record OUTCOME_UNKNOWN.
 //!   Nothing is ever claimed twice: a claim needs APPROVED.
-//! - **One sweeper at a time.** [`Store::try_lead`] takes a session-level advisory
-//!   lock on a connection kept for it; it dies with the connection (or the
-//!   instance), and another instance takes over at its next tick.
+//! - **One sweeper at a time.** [`Store::try_lead`] takes or renews a leadership
+//!   lease per task on the database's clock; a leader that stops renewing (dead, or
+//!   frozen with its connections open) is replaced once it expires, and checks its
+//!   term before each act ([`Store::still_leads`], fenced writes): see [`lease`].
 //! - **Events.** Each write transaction sends `NOTIFY approval_events` with the
 //!   proposal's id; every instance LISTENs on a connection of its own and hands
 //!   the ids to its long-polls and watch streams ([`Store::remote_events`]).
@@ -38,8 +39,13 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::time::Duration;
 use tokio_postgres::{NoTls, Row};
 
+pub mod lease;
+
 /// The schema versions this build knows, in order: `migrations/NNNN_*.sql`.
-pub const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_init.sql")),
+    (2, include_str!("migrations/0002_leadership.sql")),
+];
 
 /// The schema version this build reads and writes.
 pub const SCHEMA: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
@@ -325,8 +331,8 @@ pub struct PgStore {
     lease: Duration,
     outbox: Arc<Mutex<OutboxState>>,
     events: tokio::sync::broadcast::Sender<Option<ProposalId>>,
-    /// The connections holding this instance's advisory locks, by task.
-    leads: Arc<tokio::sync::Mutex<HashMap<String, tokio_postgres::Client>>>,
+    /// This instance's leadership leases (its `instance` id is their holder).
+    leadership: lease::Leadership,
 }
 
 impl Drop for PgStore {
@@ -338,7 +344,7 @@ impl Drop for PgStore {
     }
 }
 
-/// The key of an advisory lock: one per task and schema (tests share a database).
+/// The key of the migrator's advisory lock, per schema (tests share a database).
 const LOCK_KEY: &str = "hashtext(current_schema() || ':' || $1)";
 
 impl PgStore {
@@ -390,6 +396,7 @@ impl PgStore {
         let mut inst = [0u8; 8];
         getrandom::fill(&mut inst)
             .map_err(|e| StoreError::Backend(format!("no randomness: {e}")))?;
+        let instance = hex::encode(inst);
         let mut store = Self {
             rt: Some(rt),
             pool,
@@ -397,7 +404,8 @@ impl PgStore {
             tls,
             server_id: ServerId::parse("srv-unset")
                 .map_err(|e| StoreError::Backend(e.to_string()))?,
-            instance: hex::encode(inst),
+            leadership: lease::Leadership::new(instance.clone(), DEFAULT_LEASE),
+            instance,
             lease: DEFAULT_LEASE,
             outbox: Arc::new(Mutex::new(OutboxState {
                 on: false,
@@ -405,7 +413,6 @@ impl PgStore {
                 dropped: 0,
             })),
             events: tokio::sync::broadcast::channel(4096).0,
-            leads: Default::default(),
         };
         let display = redact(url);
         let found = store.block(schema_version(store.pool.clone()))?;
@@ -432,9 +439,11 @@ impl PgStore {
         Ok(store)
     }
 
-    /// Sets how long a claim stays leased without renewal (tests use a short one).
+    /// Sets how long a claim stays leased without renewal (tests use a short one),
+    /// and with it the leadership lease ([`lease::Leadership::lease_for`]).
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self.leadership.set_claim_lease(lease);
         self
     }
 
@@ -1084,7 +1093,7 @@ impl Store for PgStore {
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
-        self.write_record(new, events, false)
+        self.write_record(new, events, None)
     }
 
     fn end_expired_claim(
@@ -1092,7 +1101,7 @@ impl Store for PgStore {
         new: &ProposalRecord,
         events: Vec<AuditEvent>,
     ) -> Result<Cas, StoreError> {
-        self.write_record(new, events, true)
+        self.write_fenced(new, events, self.leadership.term(lease::SWEEP))
     }
 
     fn put_policy(
@@ -1398,39 +1407,11 @@ impl Store for PgStore {
     }
 
     fn try_lead(&self, task: &str) -> bool {
-        let (leads, cfg, tls, task) = (
-            self.leads.clone(),
-            self.pg_config.clone(),
-            self.tls.clone(),
-            task.to_owned(),
-        );
-        let r = self.block(async move {
-            let mut leads = leads.lock().await;
-            if let Some(c) = leads.get(&task) {
-                if !c.is_closed() {
-                    // Still held: a session lock lives as long as its connection.
-                    return Ok(true);
-                }
-                leads.remove(&task);
-            }
-            let c = connect(&cfg, &tls).await?;
-            let got: bool = c
-                .query_one(
-                    &format!("SELECT pg_try_advisory_lock({LOCK_KEY})"),
-                    &[&task],
-                )
-                .await
-                .map_err(pg_err)?
-                .get(0);
-            if got {
-                leads.insert(task, c);
-            }
-            Ok(got)
-        });
-        r.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot take the lead of a background task");
-            false
-        })
+        self.lead(task, true)
+    }
+
+    fn still_leads(&self, task: &str) -> bool {
+        self.lead(task, false)
     }
 
     fn remote_events(&self) -> Option<tokio::sync::broadcast::Receiver<Option<ProposalId>>> {
@@ -1521,15 +1502,29 @@ pub(crate) mod testdb {
 }
 
 impl PgStore {
-    /// [`Store::update`], and with `only_expired_lease` [`Store::end_expired_claim`]:
+    /// [`Store::end_expired_claim`] made under sweep leadership term `term` (the one
+    /// this instance believes it holds): applied only if that term is current inside
+    /// the transaction ([`lease::fenced`]).
+    fn write_fenced(
+        &self,
+        new: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        term: Option<i64>,
+    ) -> Result<Cas, StoreError> {
+        self.write_record(new, events, Some(term))
+    }
+
+    /// [`Store::update`], and with `expired_claim_as` [`Store::end_expired_claim`]:
     /// the compare-and-swap on the revision (and then on the lease having run out,
-    /// read on the database clock under the row's lock) in one transaction.
+    /// read on the database clock under the row's lock, and on the sweep leader's
+    /// term being current) in one transaction.
     fn write_record(
         &self,
         new: &ProposalRecord,
         events: Vec<AuditEvent>,
-        only_expired_lease: bool,
+        expired_claim_as: Option<Option<i64>>,
     ) -> Result<Cas, StoreError> {
+        let only_expired_lease = expired_claim_as.is_some();
         let (pool, rec, outbox, me) = (
             self.pool.clone(),
             new.clone(),
@@ -1548,14 +1543,29 @@ impl PgStore {
                 "SELECT revision, body, status, agent, \
                  COALESCE(lease_until < {DB_NOW_MS}, false) FROM records WHERE id = $1 FOR UPDATE"
             );
-            let (head, row) =
-                futures::try_join!(lock_head(&tx), query_opt(&tx, &select_row, &by_id,),)?;
+            let fence = async {
+                match expired_claim_as {
+                    None => Ok(true),
+                    Some(term) => lease::fenced(&tx, lease::SWEEP, &me, term).await,
+                }
+            };
+            let (head, row, leads) = futures::try_join!(
+                lock_head(&tx),
+                query_opt(&tx, &select_row, &by_id),
+                fence
+            )?;
             let Some(row) = row else {
                 return Ok((Cas::Missing, 0));
             };
             let revision: i64 = row.get(0);
             let lease_expired: bool = row.get(4);
-            if revision as u64 + 1 != rec.revision || (only_expired_lease && !lease_expired) {
+            if !leads {
+                tracing::warn!(%id, "not ending an expired claim: this instance's sweep leadership term is over (another instance leads)");
+            }
+            if revision as u64 + 1 != rec.revision
+                || (only_expired_lease && !lease_expired)
+                || !leads
+            {
                 let cur = decode_record(&id, row.get(1))?;
                 return Ok((Cas::Conflict(Box::new(cur)), 0));
             }
@@ -1635,6 +1645,8 @@ mod tests {
         rec = next;
 
         std::thread::sleep(Duration::from_millis(500));
+        // Ending an expired claim is the sweep leader's act.
+        assert!(store.try_lead("sweep"));
         assert_eq!(store.expired_claims(10).unwrap(), vec![rec.id().clone()]);
         // The running instance renews now, after the sweep's read.
         store.renew_lease(rec.id()).unwrap();
@@ -1652,6 +1664,7 @@ mod tests {
         );
         // Its instance dies: no more renewals, and the next sweep ends it.
         std::thread::sleep(Duration::from_millis(500));
+        assert!(store.try_lead("sweep"));
         assert!(matches!(
             store.end_expired_claim(&ended, vec![]).unwrap(),
             Cas::Applied
@@ -1878,32 +1891,6 @@ mod tests {
             .err()
             .expect("refused");
         assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
-    }
-
-    /// One instance leads a background task at a time; when its connection (or the
-    /// instance) goes, another takes over.
-    #[test]
-    fn one_instance_leads_a_task_and_another_takes_over_when_it_dies() {
-        let Some(db) = Fresh::new() else { return };
-        PgStore::migrate(&db.url).unwrap();
-        let a = PgStore::open(&db.url).unwrap();
-        let b = PgStore::open(&db.url).unwrap();
-        assert!(a.try_lead("sweep"));
-        assert!(a.try_lead("sweep"), "the leader keeps its lead");
-        assert!(!b.try_lead("sweep"));
-        assert!(b.try_lead("outbox"), "each task has its own lock");
-        assert!(!a.try_lead("outbox"));
-        drop(a);
-        // The lock dies with the leader's connection; the server may take a moment
-        // to see the connection close.
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while !b.try_lead("sweep") {
-            assert!(
-                std::time::Instant::now() < until,
-                "no takeover after the leader died"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     #[test]
