@@ -2,7 +2,7 @@
 //! flaky dependency, and what the gate tells the agent and anyone about it.
 //!
 //! The downstream here is a small node script (as in `mcp_executor.rs`) in one of
-//! three modes: `pages` answers every `tools/list` with a 2 MB page and another
+//! three modes: `pages` answers every `tools/list` with a page of 400 tools (180 kB) and another
 //! `nextCursor`, forever; `objects` answers `tools/call` with one 15 MB line of
 //! `{},{},...`; `flaky` exits at once while a flag file exists (the downstream is
 //! "down") and otherwise lists the tool `act` and answers calls to it (recording
@@ -41,7 +41,7 @@ process.stdin.on('data', (d) => {
     } else if (m.method === 'tools/list' && mode === 'pages') {
       if (!page) {
         page = [];
-        for (let k = 0; k < 1000; k++) page.push(tool('t' + k, 'x'.repeat(2000)));
+        for (let k = 0; k < 400; k++) page.push(tool('t' + k, 'x'.repeat(400)));
       }
       const c = (m.params && m.params.cursor) ? Number(m.params.cursor) : 0;
       send({jsonrpc: '2.0', id: m.id, result: {tools: page, nextCursor: String(c + 1)}});
@@ -74,6 +74,19 @@ fn downstream(w: &World) -> anyhow::Result<PathBuf> {
 
 /// An `mcp` policy running `node script mode arg`, tool `tool`.
 fn policy(kind: &str, script: &Path, mode: &str, arg: &Path, tool: &str, extra: &str) -> String {
+    policy_within(kind, script, mode, arg, tool, "5s", extra)
+}
+
+/// [`policy`] with another `timeout`.
+fn policy_within(
+    kind: &str,
+    script: &Path,
+    mode: &str,
+    arg: &Path,
+    tool: &str,
+    timeout: &str,
+    extra: &str,
+) -> String {
     let argv = [
         "node".to_owned(),
         script.display().to_string(),
@@ -87,7 +100,7 @@ fn policy(kind: &str, script: &Path, mode: &str, arg: &Path, tool: &str, extra: 
     format!(
         "kind = \"{kind}\"\ndescription = \"Downstream tool {tool}\"\nquorum = 2\napprovers = [\"alice\", \"bob\"]\n\
          ttl = \"30m\"\nexecute_within = \"10m\"\n[executor]\ntype = \"mcp\"\ncommand = [{argv}]\ntool = \"{tool}\"\n\
-         timeout = \"5s\"\n{extra}\n"
+         timeout = \"{timeout}\"\n{extra}\n"
     )
 }
 
@@ -144,7 +157,9 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
     // The same gate without the hostile downstream, for the baseline peak at start.
     let control = World::new(&["alice", "bob"])?;
     control.write_policy("note.write.toml", NOTE_POLICY)?;
+    let began = Instant::now();
     let control_server = control.start()?;
+    let control_started = began.elapsed();
     let baseline = peak(&control_server)?;
 
     let w = World::new(&["alice", "bob"])?;
@@ -154,12 +169,14 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
     // At start and on reload: the schema of a tool the endless pages never list.
     w.write_policy(
         "endless.schema.toml",
-        &policy(
+        // 20 s: unbounded, the listing would go on that long.
+        &policy_within(
             "endless.schema",
             &script,
             "pages",
             &tag,
             "wanted",
+            "20s",
             "payload_schema_from_tool = true",
         ),
     )?;
@@ -172,15 +189,21 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
     let server = w.start()?;
     let started = began.elapsed();
     let at_start = peak(&server)?;
+    eprintln!(
+        "start: peak RSS {} MiB ({} MiB without the downstream), listening after {started:?} ({control_started:?} without)",
+        at_start / MIB,
+        baseline / MIB
+    );
     assert!(
         at_start < baseline + GROWTH_LIMIT,
         "peak RSS at start {} MiB against {} MiB without the downstream",
         at_start / MIB,
         baseline / MIB
     );
+    // Unbounded, the listener opened only when the 20 s listing timed out.
     assert!(
-        started < Duration::from_secs(4),
-        "listening took {started:?}"
+        started < control_started + Duration::from_secs(5),
+        "listening took {started:?} ({control_started:?} without the downstream)"
     );
     let log = server.log();
     assert!(log.contains("more than 20 pages"), "{log}");
@@ -206,6 +229,7 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
     )
     .await?;
     let grown = peak(&server)?.saturating_sub(before);
+    eprintln!("reload: peak RSS grew {} MiB", grown / MIB);
     assert!(
         grown < GROWTH_LIMIT,
         "peak RSS grew {} MiB on reload",
@@ -215,8 +239,15 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
     // At execute: refused before anything is sent, within the bounds.
     let (id, hash) = approved(&w, &server, "endless.exec", json!({"n": 1})).await?;
     let before = reset_peak(&server)?;
-    let r = mcp.execute(&id, &hash).await?;
+    let r = tokio::time::timeout(Duration::from_secs(25), mcp.execute(&id, &hash)).await;
     let grown = peak(&server)?.saturating_sub(before);
+    eprintln!("execute: peak RSS grew {} MiB", grown / MIB);
+    assert!(
+        grown < GROWTH_LIMIT,
+        "peak RSS grew {} MiB at execute",
+        grown / MIB
+    );
+    let r = r??;
     assert_eq!(r.status(), "FAILED", "{}", r.structured);
     let detail = r.structured["result"]["detail"]
         .as_str()
@@ -224,11 +255,6 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
     assert!(
         detail.starts_with("nothing was sent") && detail.contains("more than 20 pages"),
         "{detail}"
-    );
-    assert!(
-        grown < GROWTH_LIMIT,
-        "peak RSS grew {} MiB at execute",
-        grown / MIB
     );
     Ok(())
 }
@@ -249,9 +275,12 @@ async fn a_downstream_answering_with_a_huge_line_cannot_exhaust_the_gates_memory
     let (id, hash) = approved(&w, &server, "huge.result", json!({"n": 1})).await?;
     let before = reset_peak(&server)?;
     let began = Instant::now();
-    let r = mcp.execute(&id, &hash).await?;
+    let r = tokio::time::timeout(Duration::from_secs(25), mcp.execute(&id, &hash)).await;
     let took = began.elapsed();
     let grown = peak(&server)?.saturating_sub(before);
+    eprintln!("huge line: peak RSS grew {} MiB in {took:?}", grown / MIB);
+    assert!(grown < GROWTH_LIMIT, "peak RSS grew {} MiB", grown / MIB);
+    let r = r??;
     // The call was sent and answered, but the answer was refused unread: the tool
     // may have acted, so OUTCOME_UNKNOWN, said at once rather than at the time-out.
     assert_eq!(r.status(), "OUTCOME_UNKNOWN", "{}", r.structured);
@@ -260,7 +289,6 @@ async fn a_downstream_answering_with_a_huge_line_cannot_exhaust_the_gates_memory
         .unwrap_or_default();
     assert!(detail.contains("JSON values"), "{detail}");
     assert!(took < Duration::from_secs(4), "took {took:?}");
-    assert!(grown < GROWTH_LIMIT, "peak RSS grew {} MiB", grown / MIB);
     // The gate still serves.
     assert!(server.healthz().await?["status"] == "ok");
     Ok(())
@@ -440,9 +468,9 @@ async fn kind_disabled_and_healthz_name_no_command_line_or_policy_path_but_the_l
             ("secret.call", "downstream_schema_unavailable")
         ]
     );
-    // The operator's log has the specifics.
+    // The operator's log has the specifics: the program that would not start, the file.
     let log = server.log();
-    for s in &secrets {
+    for s in [&secrets[0], &secrets[2]] {
         assert!(log.contains(s.as_str()), "the log lacks {s}: {log}");
     }
     Ok(())
