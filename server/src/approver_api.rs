@@ -298,14 +298,19 @@ async fn healthz(
             .into_response()
         }
     };
-    // Kinds disabled because their policy names an approver the keyring lacks: the
-    // server still serves, but nothing of these kinds can be proposed.
+    // Disabled kinds: the server still serves, but nothing of these kinds can be
+    // proposed. Anyone may read this: the kind and the cause, never the operator's
+    // specifics (file paths, command lines, URLs), which are in the log.
     let disabled: Vec<Value> = st
         .svc
         .config()
         .policies
         .disabled()
-        .map(|d| json!({"kind": d.kind(), "missing_approvers": d.missing(), "reason": d.reason()}))
+        .map(|d| {
+            json!({"kind": d.kind(), "missing_approvers": d.missing(),
+                   "cause": crate::disabled_kind::cause(d),
+                   "reason": crate::disabled_kind::public_reason(d)})
+        })
         .collect();
     let mut body = json!({"server_id": server_id, "server_key": server_key,
                           "disabled_kinds": disabled,

@@ -92,7 +92,7 @@ pub async fn import(
     prefix: &str,
     timeout: Duration,
 ) -> anyhow::Result<Vec<Imported>> {
-    let tools = list_tools(downstream, timeout)
+    let tools = list_tools(downstream, None, timeout)
         .await
         .map_err(|e| anyhow::anyhow!("cannot list the tools of {}: {e}", downstream.describe()))?;
     std::fs::create_dir_all(out)

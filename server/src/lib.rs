@@ -14,6 +14,7 @@ pub mod bridge;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod disabled_kind;
 pub mod executor;
 pub mod failstop;
 pub mod http;

@@ -588,13 +588,15 @@ impl Service {
             Some(k) => match config.policies.state(&k) {
                 KindState::Enabled(p) => p.clone(),
                 KindState::Disabled(d) => {
+                    // The specifics (file, command line, URL) are the operator's: logged.
+                    tracing::warn!(kind = %k, reason = %d.reason(), "prepare refused: kind disabled");
                     return Err(ServiceError::new(
                         Code::KindDisabled,
                         format!(
                             "{}. Nothing of this kind can be proposed until an operator fixes it: tell your human; do not retry",
-                            d.reason()
+                            crate::disabled_kind::public_reason(d)
                         ),
-                    ))
+                    ));
                 }
                 KindState::Unknown => return Err(unknown()),
             },
@@ -778,6 +780,9 @@ impl Service {
         // compare-and-swap refuses it if anything changed it since, and the retry starts
         // from what is stored. After a voiding it starts from what is stored, so that its
         // refusal names the status the proposal now has.
+        if let Some(e) = crate::disabled_kind::execute_refusal(&self.config(), &rec.preview.kind) {
+            return Err(e.about(&rec, now));
+        }
         let base = if self.rules_hold(&self.config(), &rec)? {
             rec
         } else {
@@ -1331,7 +1336,11 @@ impl Service {
         let config = self.config();
         let voided = std::sync::atomic::AtomicBool::new(false);
         self.transition(id, |cur, now| {
-            if self.rules_hold(&config, cur)? {
+            // A kind waiting for its downstream schema has an unknown policy, not a
+            // changed one: its proposals stay as they are.
+            if crate::disabled_kind::kind_awaits_schema(&config, &cur.preview.kind)
+                || self.rules_hold(&config, cur)?
+            {
                 return Ok(None);
             }
             let Ok(life) = cur.lifecycle.policy_changed(now) else {
@@ -1379,6 +1388,9 @@ impl Service {
             let page = self
                 .store
                 .page(&index, cursor.as_ref(), VOID_BATCH, &mut |h| {
+                    if crate::disabled_kind::kind_awaits_schema(&config, &h.preview.kind) {
+                        return false;
+                    }
                     let same = config.policies.get(&h.preview.kind).map(|p| p.sha256())
                         == Some(h.preview.policy_sha256);
                     !same || h.lifecycle.status == Status::Approved

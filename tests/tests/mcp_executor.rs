@@ -224,13 +224,16 @@ payload_schema_from_tool = true
 
     let gone = mcp.prepare("gone.call", json!({}), "gone").await?;
     gone.expect("KIND_DISABLED", true);
+    // The agent is told the kind and the cause; the command line is in the log only.
     assert!(
-        gone.structured
+        !gone
+            .structured
             .to_string()
             .contains("/nonexistent/mcp-server"),
         "{}",
         gone.structured
     );
+    assert!(server.log().contains("/nonexistent/mcp-server"));
 
     let (id, hash) = approved(&w, &server, &mcp, "absent.call", json!({"n": 0})).await?;
     let r = mcp.execute(&id, &hash).await?;

@@ -12,8 +12,14 @@
 //!
 //! A child server gets a clean environment (`PATH` and the variables `env_from` names,
 //! their values read from the gate's own environment), its stderr is read with a
-//! bound and logged, and it is killed when the exchange ends or times out.
+//! bound and logged, and it is killed when the exchange ends or times out. What a
+//! downstream can make the gate hold is bounded ([`super::mcp_bounds`]).
+//!
+//! The details of a failure (the command line, the URL, the transport's own error,
+//! which may name either) are the operator's: they go to the log with the kind, and
+//! the outcome the agent reads says what failed in general terms (issue #31, item 9).
 
+use super::mcp_bounds::{self, BoundedLines, Overflow};
 use super::{ExecReport, DETAIL_LIMIT, READ_LIMIT};
 use approval_core::policy::ExecutorConfig;
 use approval_core::status::Outcome;
@@ -24,7 +30,7 @@ use rmcp::model::{
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::RoleClient;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -92,6 +98,21 @@ impl Downstream {
 
 type Client = RunningService<RoleClient, InitializeRequestParams>;
 
+/// An open session with a downstream: the client, the child process (killed when the
+/// session is dropped) and why the transport was cut, if a message was over bounds.
+struct Session {
+    client: Client,
+    _child: Option<tokio::process::Child>,
+    overflow: Overflow,
+}
+
+impl Session {
+    /// Stops the session; a child server is killed with it.
+    async fn close(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.client.cancel()).await;
+    }
+}
+
 /// Every protocol revision rmcp speaks, newest first: the downstream picks.
 fn revisions() -> Vec<ProtocolVersion> {
     ProtocolVersion::KNOWN_VERSIONS
@@ -115,7 +136,8 @@ fn gate_var(var: &str, what: &str) -> Result<String, String> {
 }
 
 /// Starts the downstream and completes the handshake. Nothing reaches a tool here.
-async fn connect(d: &Downstream, kind_label: &str) -> Result<Client, String> {
+/// The error names the downstream: for the log, not for the agent.
+async fn connect(d: &Downstream, kind_label: &str) -> Result<Session, String> {
     let lifecycle = ClientLifecycleMode::Auto {
         preferred_versions: revisions(),
         legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
@@ -130,11 +152,20 @@ async fn connect(d: &Downstream, kind_label: &str) -> Result<Client, String> {
             for (child, gate) in env_from {
                 cmd.env(child, gate_var(gate, &format!("env_from.{child}"))?);
             }
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
+            cmd.stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
-            if let Some(stderr) = stderr {
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                return Err(format!("cannot open the pipes of {}", argv[0]));
+            };
+            // Every line the child writes is bounded before rmcp parses it.
+            let overflow = Overflow::default();
+            let transport = (BoundedLines::new(stdout, overflow.clone()), stdin);
+            if let Some(stderr) = child.stderr.take() {
                 let label = kind_label.to_owned();
                 tokio::spawn(async move {
                     let bytes = super::command::read_bounded(stderr).await;
@@ -147,10 +178,18 @@ async fn connect(d: &Downstream, kind_label: &str) -> Result<Client, String> {
                     }
                 });
             }
-            client_info()
+            let client = client_info()
                 .serve_with_lifecycle(transport, lifecycle)
                 .await
-                .map_err(|e| format!("the MCP handshake with {} failed: {e}", argv[0]))
+                .map_err(|e| {
+                    let why = overflow.get().unwrap_or_else(|| e.to_string());
+                    format!("the MCP handshake with {} failed: {why}", argv[0])
+                })?;
+            Ok(Session {
+                client,
+                _child: Some(child),
+                overflow,
+            })
         }
         Downstream::Url { url, headers_from } => {
             let mut headers = HashMap::new();
@@ -164,28 +203,41 @@ async fn connect(d: &Downstream, kind_label: &str) -> Result<Client, String> {
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers)
-                .max_json_response_size(4 * 1024 * 1024)
+                .max_json_response_size(mcp_bounds::MAX_MESSAGE_BYTES)
+                .max_sse_event_size(mcp_bounds::MAX_MESSAGE_BYTES)
                 // A re-initialised session repeats the POST: never for a gated call.
                 .reinit_on_expired_session(false);
             let transport = StreamableHttpClientTransport::from_config(config);
-            client_info()
+            let client = client_info()
                 .serve_with_lifecycle(transport, lifecycle)
                 .await
-                .map_err(|e| format!("cannot open an MCP session with {url}: {e}"))
+                .map_err(|e| format!("cannot open an MCP session with {url}: {e}"))?;
+            Ok(Session {
+                client,
+                _child: None,
+                overflow: Overflow::default(),
+            })
         }
     }
 }
 
 /// Lists the downstream server's tools (for `payload_schema_from_tool` and
-/// `import-tools`), within `timeout`.
-pub async fn list_tools(d: &Downstream, timeout: Duration) -> Result<Vec<Tool>, String> {
+/// `import-tools`), within `timeout` and [`super::mcp_bounds`]; with `want`, stops at
+/// the page that lists that tool.
+pub async fn list_tools(
+    d: &Downstream,
+    want: Option<&str>,
+    timeout: Duration,
+) -> Result<Vec<Tool>, String> {
     let work = async {
-        let client = connect(d, &d.describe()).await?;
-        let tools = client
-            .list_all_tools()
+        let session = connect(d, &d.describe()).await?;
+        let tools = mcp_bounds::list_tools(session.client.peer(), want)
             .await
-            .map_err(|e| format!("tools/list failed: {e}"));
-        let _ = client.cancel().await;
+            .map_err(|e| match session.overflow.get() {
+                Some(why) => format!("tools/list failed: {why}"),
+                None => e.to_string(),
+            });
+        session.close().await;
         tools
     };
     tokio::time::timeout(timeout, work)
@@ -195,7 +247,7 @@ pub async fn list_tools(d: &Downstream, timeout: Duration) -> Result<Vec<Tool>, 
 
 /// The input schema of one tool, for `payload_schema_from_tool`.
 pub async fn tool_schema(d: &Downstream, tool: &str, timeout: Duration) -> Result<Value, String> {
-    let tools = list_tools(d, timeout).await?;
+    let tools = list_tools(d, Some(tool), timeout).await?;
     let found = tools
         .into_iter()
         .find(|t| t.name == tool)
@@ -290,6 +342,17 @@ fn not_sent(tool: &str, why: impl std::fmt::Display) -> ExecReport {
     )
 }
 
+/// Logs a failure's specifics (downstream, transport error) for the operator; the
+/// outcome carries only `outward`.
+fn logged(tool: &str, d: &Downstream, specifics: &str) {
+    tracing::warn!(
+        tool,
+        downstream = %d.describe(),
+        error = %specifics,
+        "mcp executor: the downstream failed"
+    );
+}
+
 /// Runs one approved call.
 pub(super) async fn call(cfg: &ExecutorConfig, payload: &Value) -> ExecReport {
     let (Some(d), Some(tool), ExecutorConfig::Mcp { timeout, .. }) =
@@ -305,30 +368,50 @@ pub(super) async fn call(cfg: &ExecutorConfig, payload: &Value) -> ExecReport {
             "the payload is not a JSON object, and a tool's arguments must be one",
         );
     };
-    let client = match tokio::time::timeout_at(deadline, connect(&d, tool)).await {
+    const SEE_LOG: &str = "the gate's log has the details";
+    let session = match tokio::time::timeout_at(deadline, connect(&d, tool)).await {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return not_sent(tool, e),
+        Ok(Err(e)) => {
+            logged(tool, &d, &e);
+            return not_sent(
+                tool,
+                format!("the downstream MCP server could not be started or reached, or its handshake failed ({SEE_LOG})"),
+            );
+        }
         Err(_) => {
+            logged(tool, &d, "no handshake within the timeout");
             return not_sent(
                 tool,
                 format!(
-                    "{} did not complete the handshake within {}s",
-                    d.describe(),
+                    "the downstream MCP server did not complete the handshake within {}s",
                     limit.as_secs()
                 ),
-            )
+            );
         }
     };
     // The tool must be listed: a call to a tool the server does not offer is refused
     // here rather than sent.
-    let listed = match tokio::time::timeout_at(deadline, client.list_all_tools()).await {
+    let listing = tokio::time::timeout_at(
+        deadline,
+        mcp_bounds::list_tools(session.client.peer(), Some(tool)),
+    )
+    .await;
+    let listed = match listing {
         Ok(Ok(tools)) => tools.iter().any(|t| t.name == tool),
         Ok(Err(e)) => {
-            let _ = client.cancel().await;
-            return not_sent(tool, format!("tools/list failed: {e}"));
+            // The bounds are the gate's own, not configuration: said as they are.
+            let why = match (session.overflow.get(), e) {
+                (Some(over), _) | (None, mcp_bounds::ListFailure::OverBound(over)) => over,
+                (None, mcp_bounds::ListFailure::Failed(e)) => {
+                    logged(tool, &d, &e);
+                    format!("tools/list failed ({SEE_LOG})")
+                }
+            };
+            session.close().await;
+            return not_sent(tool, why);
         }
         Err(_) => {
-            let _ = client.cancel().await;
+            session.close().await;
             return not_sent(
                 tool,
                 format!("tools/list got no answer within {}s", limit.as_secs()),
@@ -336,12 +419,12 @@ pub(super) async fn call(cfg: &ExecutorConfig, payload: &Value) -> ExecReport {
         }
     };
     if !listed {
-        let _ = client.cancel().await;
-        return not_sent(tool, format!("{} does not list this tool", d.describe()));
+        session.close().await;
+        return not_sent(tool, "the downstream MCP server does not list this tool");
     }
     let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
     // From here on the call may have reached the tool.
-    let answer = tokio::time::timeout_at(deadline, client.call_tool_once(params)).await;
+    let answer = tokio::time::timeout_at(deadline, session.client.call_tool_once(params)).await;
     let report = match answer {
         Err(_) => ExecReport::new(
             Outcome::Unknown,
@@ -354,10 +437,20 @@ pub(super) async fn call(cfg: &ExecutorConfig, payload: &Value) -> ExecReport {
             Outcome::Failed,
             format!("the downstream refused tools/call {tool:?} with error {}: {}", e.code.0, e.message),
         ),
-        Ok(Err(e)) => ExecReport::new(
-            Outcome::Unknown,
-            format!("tools/call {tool:?} was sent, then {e}: the tool may have acted; it is not retried"),
-        ),
+        Ok(Err(e)) => {
+            let why = match session.overflow.get() {
+                // Over the gate's own bounds: said as it is (it names no configuration).
+                Some(over) => over,
+                None => {
+                    logged(tool, &d, &e.to_string());
+                    format!("the connection to the downstream failed ({SEE_LOG})")
+                }
+            };
+            ExecReport::new(
+                Outcome::Unknown,
+                format!("tools/call {tool:?} was sent, then {why}: the tool may have acted; it is not retried"),
+            )
+        }
         Ok(Ok(CallToolResponse::Complete(result))) => {
             let full = serde_json::to_value(&result).unwrap_or(Value::Null);
             let is_error = result.is_error == Some(true);
@@ -386,8 +479,7 @@ pub(super) async fn call(cfg: &ExecutorConfig, payload: &Value) -> ExecReport {
             ),
         ),
     };
-    // Stops the session; a child server is killed with it.
-    let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+    session.close().await;
     report
 }
 
@@ -435,19 +527,27 @@ mod tests {
         let r = call(&cfg("/nonexistent/server", &[]), &p).await;
         assert_eq!(r.outcome, Outcome::Failed);
         assert!(r.detail.starts_with("nothing was sent"), "{}", r.detail);
-        let r = call(
-            &cfg(
-                "/bin/cat",
-                &[("TOKEN", "APPROVAL_TEST_SURELY_UNSET_VARIABLE")],
-            ),
-            &p,
-        )
-        .await;
+        // The agent reads the outcome: no command line (the log has it).
+        assert!(!r.detail.contains("/nonexistent/server"), "{}", r.detail);
+        let unset = cfg(
+            "/bin/cat",
+            &[("TOKEN", "APPROVAL_TEST_SURELY_UNSET_VARIABLE")],
+        );
+        let r = call(&unset, &p).await;
         assert_eq!(r.outcome, Outcome::Failed);
+        assert!(r.detail.starts_with("nothing was sent"), "{}", r.detail);
         assert!(
-            r.detail.contains("APPROVAL_TEST_SURELY_UNSET_VARIABLE"),
+            !r.detail.contains("APPROVAL_TEST_SURELY_UNSET_VARIABLE"),
             "{}",
             r.detail
+        );
+        // The operator's words (logged) name the variable.
+        let Err(logged) = connect(&Downstream::of(&unset).unwrap(), "t").await else {
+            panic!("connected without the variable")
+        };
+        assert!(
+            logged.contains("APPROVAL_TEST_SURELY_UNSET_VARIABLE"),
+            "{logged}"
         );
         // Arguments must be an object.
         let r = call(&cfg("/bin/cat", &[]), &serde_json::json!([1])).await;

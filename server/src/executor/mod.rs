@@ -16,6 +16,7 @@ use std::time::Duration;
 
 mod command;
 pub mod mcp;
+pub mod mcp_bounds;
 mod note;
 mod webhook;
 
