@@ -29,7 +29,9 @@
 //!   of [`APPROVER_RESERVE`] connections. A reserve connection must present a
 //!   signature that verifies within [`RESERVE_FUSE`] of accept; any other request on
 //!   it is answered 503 `LIMIT_EXCEEDED` and the connection closed, and so is one
-//!   whose signature fails. The agent cannot make its connections look like an
+//!   whose signature fails. `GET /healthz` alone is also answered there (then the
+//!   connection is closed): signer-cli checks the server's identity with it before
+//!   signing, and an answer given at once holds no slot. The agent cannot make its connections look like an
 //!   approver's without an approver's key, so a genuine decision is read and recorded
 //!   whatever the agent holds.
 //! - **Queued work has a bound**: an HTTP/1 connection serves at most
@@ -284,7 +286,9 @@ impl Admission {
 
     /// Decides whether a request may run: `Ok(charge)` (none for an approver claim),
     /// or the refusal to answer with. On a reserve connection only approver claims
-    /// run.
+    /// and `GET /healthz` run: signer-cli checks the server's identity there before
+    /// it signs, and an answer given at once holds nothing (the connection is closed
+    /// after it all the same).
     pub fn admit<B>(
         &self,
         req: &axum::http::Request<B>,
@@ -293,7 +297,11 @@ impl Admission {
     ) -> Result<Option<Charge>, Refusal> {
         match classify(&self.svc, req) {
             Class::ApproverClaim => Ok(None),
-            Class::Capped(_) if reserve => Err(Refusal::Reserve),
+            Class::Capped(_)
+                if reserve && !(req.method() == Method::GET && req.uri().path() == "/healthz") =>
+            {
+                Err(Refusal::Reserve)
+            }
             Class::Capped(who) => self.budgets.charge(conn, who).map(Some),
         }
     }

@@ -26,8 +26,9 @@
 //! identity's budget before a handler runs; a connection over its failed-signature
 //! budget is closed after that answer; an HTTP/1 connection is closed after
 //! [`MAX_REQUESTS_PER_HTTP1_CONNECTION`] requests; and when the general pool is full,
-//! up to [`APPROVER_RESERVE`] more connections are accepted for approvers only, each
-//! closed unless a signature on it verifies within [`RESERVE_FUSE`].
+//! up to [`APPROVER_RESERVE`] more connections are accepted for approvers only
+//! (signed requests, and `/healthz`), each closed after an answer or [`RESERVE_FUSE`]
+//! unless a signature on it has verified.
 
 use crate::capacity::{
     Admission, Charge, ConnCharges, APPROVER_RESERVE, MAX_REQUESTS_PER_HTTP1_CONNECTION,

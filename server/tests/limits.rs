@@ -105,6 +105,7 @@ async fn start_on(
     let task = tokio::spawn(approval_server::listener::serve(
         listener,
         app,
+        approval_server::capacity::Admission::new(svc.clone()),
         std::future::pending(),
     ));
     Srv {
