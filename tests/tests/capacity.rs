@@ -30,6 +30,9 @@ type = "note"
 
 /// Connections the agent opens, as in the review.
 const AGENT_CONNECTIONS: usize = 1024;
+/// Connections forging decisions: more than a listener's 1,024 slots, so that some
+/// wait in the kernel's backlog ahead of bob, as in the review.
+const FORGING_CONNECTIONS: usize = AGENT_CONNECTIONS + 100;
 /// Requests each of them pipelines.
 const PIPELINED: usize = 12;
 /// What a genuine approver or a third party may wait, however busy the agent keeps us.
@@ -366,14 +369,14 @@ async fn revoke_under_a_connection_flood(separate_approver_listener: bool) -> an
             }
         });
     }
-    // Forged decisions in carol's name on AGENT_CONNECTIONS connections, each
+    // Forged decisions in carol's name on FORGING_CONNECTIONS connections, each
     // pipelining FORGERIES_PIPELINED of them (paced to 4 a second, such connections
     // held a listener for 37 s in the review). One round: what is measured is whether
     // they can hold the listener, not how fast a loaded debug build verifies.
     let forgeries: String = (0..FORGERIES_PIPELINED)
         .map(|_| decision_post(&api_host, &a_id, &forged("reject")))
         .collect();
-    for _ in 0..AGENT_CONNECTIONS {
+    for _ in 0..FORGING_CONNECTIONS {
         let (host, forgeries, stop, seen) = (
             api_host.clone(),
             forgeries.clone(),
@@ -414,14 +417,14 @@ async fn revoke_under_a_connection_flood(separate_approver_listener: bool) -> an
     // listener full. What is measured is whether the agent can hold capacity, not how
     // fast a debug build on a loaded machine verifies 3,072 forged signatures.
     let settle = tokio::time::Instant::now() + SETTLE;
-    while seen.forgers_closed.load(Ordering::SeqCst) < AGENT_CONNECTIONS
+    while seen.forgers_closed.load(Ordering::SeqCst) < FORGING_CONNECTIONS
         && tokio::time::Instant::now() < settle
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     eprintln!(
-        "{} of {AGENT_CONNECTIONS} forging connections closed by the server {:?} after the flood began",
+        "{} of {FORGING_CONNECTIONS} forging connections closed by the server {:?} after the flood began",
         seen.forgers_closed.load(Ordering::SeqCst),
         started.elapsed()
     );
