@@ -367,7 +367,9 @@ pub async fn serve(
                                 tracing::debug!(%addr, "reserve connection without a verified signature closed");
                                 break;
                             }
+                            // Verified: from now on an ordinary connection.
                             reserve_end = None;
+                            continue;
                         }
                         if closing.is_some() || !state.started.load(Ordering::SeqCst) {
                             // No complete request in time, or a GOAWAY not

@@ -629,3 +629,27 @@ async fn the_approvers_reserve_serves_only_a_signature_that_verifies() -> anyhow
     drop(holders);
     Ok(())
 }
+
+/// Queued work has a bound: a connection that pipelines more than 32 requests gets 32
+/// answers, the last with `Connection: close`, and nothing more is read from it.
+#[tokio::test]
+async fn pipelining_more_than_32_requests_on_one_connection_gets_32_answers_then_a_close(
+) -> anyhow::Result<()> {
+    let w = World::new(&["alice", "bob", "carol"])?;
+    w.write_policy("note.write.toml", POLICY)?;
+    let server = w.start()?;
+    let host = authority(&server.api_url);
+    let one = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let mut s = BufReader::new(TcpStream::connect(&host).await?);
+    s.get_mut().write_all(one.repeat(40).as_bytes()).await?;
+    let mut answers = 0;
+    while let Some((status, body)) = tokio::time::timeout(PROMPT, read_response(&mut s)).await?? {
+        assert_eq!(status, 200, "{body}");
+        answers += 1;
+    }
+    assert_eq!(
+        answers, 32,
+        "answers on one connection before it was closed"
+    );
+    Ok(())
+}
