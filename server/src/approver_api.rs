@@ -117,7 +117,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Source {
 /// server's id, the method and the exact path and query, against the keyring in
 /// force and the server's clock. Returns who reads and until when the signature is
 /// inside the server's window. A failed signature is charged to the client's
-/// address, never to the name it claims: a signature that verifies is always
+/// connection, never to the name it claims: a signature that verifies is always
 /// accepted, however many forgeries in that name came before.
 async fn authenticate(
     parts: &axum::http::request::Parts,
@@ -159,6 +159,8 @@ async fn authenticate(
             }
             unauthorized(e)
         })?;
+    // A connection in the listener's approver reserve is served once this is set.
+    forgeries.passed(source, st.svc.now());
     Ok((who, auth.valid_until()))
 }
 

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod audit_remote;
 pub mod body_budget;
 pub mod bridge;
+pub mod capacity;
 pub mod clock;
 pub mod config;
 pub mod demo;

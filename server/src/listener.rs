@@ -20,7 +20,20 @@
 //! everyone else wait out the full time-out in the backlog (1,100 such sockets kept
 //! `/healthz` waiting 8.4 s); with it, slots above the mark turn over every couple
 //! of seconds, and a waiting client gets one.
+//!
+//! Beyond that, capacity is shared out per identity ([`crate::capacity`]): every
+//! request head is admitted or refused (429, connection closed) against its
+//! identity's budget before a handler runs; a connection over its failed-signature
+//! budget is closed after that answer; an HTTP/1 connection is closed after
+//! [`MAX_REQUESTS_PER_HTTP1_CONNECTION`] requests; and when the general pool is full,
+//! up to [`APPROVER_RESERVE`] more connections are accepted for approvers only
+//! (signed requests, and `/healthz`), each closed after an answer or [`RESERVE_FUSE`]
+//! unless a signature on it has verified.
 
+use crate::capacity::{
+    Admission, Charge, ConnCharges, APPROVER_RESERVE, MAX_REQUESTS_PER_HTTP1_CONNECTION,
+    RESERVE_FUSE,
+};
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -32,7 +45,7 @@ use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -51,7 +64,8 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     ))
 }
 
-/// Connections served at once, per listener.
+/// Connections served at once, per listener (besides the approvers' reserve,
+/// [`APPROVER_RESERVE`]).
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Time a client has from accept to its first complete request head, and between
 /// requests once it has sent one (idle keep-alive, HTTP/1 and HTTP/2 alike).
@@ -80,16 +94,35 @@ struct ConnState {
     in_flight: AtomicUsize,
     idle_since: Mutex<Instant>,
     changed: Notify,
+    /// Requests begun on this connection.
+    requests: AtomicU32,
+    /// Set when the connection must end after its current answers.
+    close: AtomicBool,
+    /// Accepted into the approvers' reserve rather than the general pool.
+    reserve: bool,
+    /// Its requests in flight per identity (see crate::capacity).
+    charges: Arc<ConnCharges>,
 }
 
 impl ConnState {
-    fn new(now: Instant) -> Self {
+    fn new(now: Instant, reserve: bool) -> Self {
         ConnState {
             started: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(now),
             changed: Notify::new(),
+            requests: AtomicU32::new(0),
+            close: AtomicBool::new(false),
+            reserve,
+            charges: Arc::default(),
         }
+    }
+
+    /// Asks the connection task to end the connection once the answers in flight
+    /// are written (HTTP/1 also gets `Connection: close` on this answer).
+    fn close_after(&self) {
+        self.close.store(true, Ordering::SeqCst);
+        self.changed.notify_one();
     }
 
     /// A request's head has arrived: counted in flight until its response body is
@@ -132,6 +165,8 @@ impl Drop for InFlight {
 struct Tracked {
     body: Body,
     _in_flight: InFlight,
+    /// The request's share of its identity's budget, given back with the body.
+    _charge: Option<Charge>,
 }
 
 impl hyper::body::Body for Tracked {
@@ -154,8 +189,30 @@ impl hyper::body::Body for Tracked {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes.
-pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
+/// Where a connection was accepted: its permit is given back when it ends.
+enum Slot {
+    Pool(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
+    Reserve(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
+}
+
+/// Ends the answer on `version` with `Connection: close` where HTTP/1 allows it.
+fn mark_close(res: &mut axum::response::Response, version: hyper::Version) {
+    if version <= hyper::Version::HTTP_11 {
+        res.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, admitting requests
+/// against `admission`'s budgets (shared by all listeners of one server).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    admission: Arc<Admission>,
+    shutdown: impl Future<Output = ()>,
+) {
     let builder = |fuse| {
         let mut b = Builder::new(TokioExecutor::new());
         b.http1().timer(TokioTimer::new()).header_read_timeout(fuse);
@@ -172,11 +229,18 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
     );
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let reserve = Arc::new(tokio::sync::Semaphore::new(APPROVER_RESERVE));
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
+        // The general pool first; when it is full, the approvers' reserve.
+        let slot = tokio::select! {
+            biased;
             p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
+                Ok(p) => Slot::Pool(p),
+                Err(_) => break,
+            },
+            p = reserve.clone().acquire_owned() => match p {
+                Ok(p) => Slot::Reserve(p),
                 Err(_) => break,
             },
             _ = &mut shutdown => break,
@@ -194,28 +258,62 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
             _ = &mut shutdown => break,
         };
         let accepted = Instant::now();
+        // A slot freed in the pool while this one waited in the reserve is taken.
+        let slot = match slot {
+            Slot::Reserve(r) => match slots.clone().try_acquire_owned() {
+                Ok(p) => {
+                    drop(r);
+                    Slot::Pool(p)
+                }
+                Err(_) => Slot::Reserve(r),
+            },
+            pool => pool,
+        };
+        let in_reserve = matches!(slot, Slot::Reserve(_));
         let open = MAX_CONNECTIONS - slots.available_permits();
-        let (builder, fuse) = if open > PRESSURE_AT {
+        let (builder, fuse) = if in_reserve {
+            (&pressured, RESERVE_FUSE)
+        } else if open > PRESSURE_AT {
             (&pressured, PRESSURED_HEADER_TIMEOUT)
         } else {
             (&relaxed, HEADER_READ_TIMEOUT)
         };
-        let state = Arc::new(ConnState::new(accepted));
+        let state = Arc::new(ConnState::new(accepted, in_reserve));
         // Failed signatures are charged to the connection (crate::throttle), never reused.
         let conn_id = crate::throttle::ConnectionId::next();
         let svc = {
-            let (router, state) = (router.clone(), state.clone());
+            let (router, state, admission) = (router.clone(), state.clone(), admission.clone());
             tower::service_fn(move |req: Request<Incoming>| {
                 let in_flight = state.begin();
+                let n = state.requests.fetch_add(1, Ordering::SeqCst) + 1;
+                let version = req.version();
+                let admitted = admission.admit(&req, &state.charges, state.reserve);
+                let mcp = req.uri().path() == "/mcp";
                 let mut req = req.map(Body::new);
                 req.extensions_mut().insert(ConnectInfo(addr));
                 req.extensions_mut().insert(conn_id);
-                let router = router.clone();
+                let (router, state, admission) = (router.clone(), state.clone(), admission.clone());
                 async move {
-                    let res = router.oneshot(req).await?;
+                    let (mut res, charge) = match admitted {
+                        Ok(charge) => (router.oneshot(req).await?, charge),
+                        Err(refusal) => {
+                            tracing::debug!(%addr, reason = %refusal.message(), "request refused at admission");
+                            state.close_after();
+                            (refusal.response(mcp), None)
+                        }
+                    };
+                    let last = version <= hyper::Version::HTTP_11
+                        && n >= MAX_REQUESTS_PER_HTTP1_CONNECTION;
+                    if last || admission.must_close(conn_id, state.reserve) {
+                        state.close_after();
+                    }
+                    if state.close.load(Ordering::SeqCst) {
+                        mark_close(&mut res, version);
+                    }
                     Ok::<_, std::convert::Infallible>(res.map(|body| Tracked {
                         body,
                         _in_flight: in_flight,
+                        _charge: charge,
                     }))
                 }
             })
@@ -224,17 +322,31 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
             .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(svc))
             .into_owned();
         let mut stopping = stopping.clone();
+        let admission = admission.clone();
         tokio::spawn(async move {
             tokio::pin!(conn);
             // Set once the connection was asked to end gracefully: (when, whether
             // because it was idle rather than for shutdown).
             let mut closing: Option<(Instant, bool)> = None;
+            // A reserve connection is dropped at this time unless a signature on it
+            // has verified by then, whatever is in flight.
+            let mut reserve_end = state.reserve.then_some(accepted + RESERVE_FUSE);
             loop {
+                if closing.is_none() && state.close.load(Ordering::SeqCst) {
+                    // Answers in flight (a stream, the answer just given) are
+                    // finished; nothing more is read.
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some((Instant::now(), false));
+                }
                 let wake = match closing {
                     // An idle connection gets one more fuse to finish its GOAWAY.
                     Some((since, true)) => Some(since + fuse),
                     Some((_, false)) => None,
                     None => state.deadline(accepted, fuse),
+                };
+                let wake = match (wake, reserve_end) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
                 };
                 let sleep = async {
                     match wake {
@@ -250,6 +362,15 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
                         break;
                     }
                     _ = sleep => {
+                        if reserve_end.is_some_and(|at| at <= Instant::now()) {
+                            if !admission.verified(conn_id) {
+                                tracing::debug!(%addr, "reserve connection without a verified signature closed");
+                                break;
+                            }
+                            // Verified: from now on an ordinary connection.
+                            reserve_end = None;
+                            continue;
+                        }
                         if closing.is_some() || !state.started.load(Ordering::SeqCst) {
                             // No complete request in time, or a GOAWAY not
                             // finished in time: dropping the connection closes it.
@@ -269,14 +390,16 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<
                     }
                 }
             }
-            drop(permit);
+            admission.ended(conn_id);
+            drop(slot);
         });
     }
     drop(listener);
     let _ = stop.send(true);
     let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+    let reserved = u32::try_from(APPROVER_RESERVE).unwrap_or(u32::MAX);
     tokio::select! {
-        _ = slots.acquire_many(all) => {},
+        _ = async { let _ = tokio::join!(slots.acquire_many(all), reserve.acquire_many(reserved)); } => {},
         _ = tokio::time::sleep(SHUTDOWN_GRACE) => tracing::warn!("in-flight requests did not finish in time"),
     }
 }

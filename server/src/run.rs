@@ -411,12 +411,21 @@ pub async fn serve_until(
         #[cfg(unix)]
         hup,
     );
-    let main = crate::listener::serve(listener, main_router, shutdown.clone().wait());
+    // One set of budgets for both listeners: an identity's share is the same wherever
+    // it connects.
+    let admission = crate::capacity::Admission::new(svc.clone());
+    let main = crate::listener::serve(
+        listener,
+        main_router,
+        admission.clone(),
+        shutdown.clone().wait(),
+    );
     match approver {
         Some(l) => {
             let api = crate::listener::serve(
                 l,
                 crate::approver_api::router(svc.clone()),
+                admission,
                 shutdown.clone().wait(),
             );
             tokio::join!(main, api);

@@ -1027,6 +1027,8 @@ impl Service {
                 approval_core::fingerprint::held_key_note(&d.approver, &key)
             )));
         }
+        // A connection in the listener's approver reserve is served once this is set.
+        self.forgeries.passed(source, self.now());
         if let Some(prev) = rec
             .decisions
             .iter()

@@ -42,6 +42,7 @@ async fn start() -> Srv {
     let task = tokio::spawn(approval_server::listener::serve(
         listener,
         app,
+        approval_server::capacity::Admission::new(inner.svc.clone()),
         std::future::pending(),
     ));
     Srv {
