@@ -297,8 +297,9 @@ fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: 
         }),
         at: item.at.to_string(),
         payload: with_payload.then(|| rec.preview.payload.clone()),
-        // As it is now: a `waiting` sent after the proposal ended offers no approve.
-        status: rec.status().to_string(),
+        // As it is now, expiry applied (the sweep may not have stored it yet): a
+        // `waiting` sent after the proposal ended offers no approve.
+        status: rec.lifecycle.at(svc.now()).status.to_string(),
         by: item.by.clone(),
     }
 }
