@@ -14,11 +14,15 @@
 //! - [`status`]: the state machine, transitions as functions of the current time;
 //! - [`receipt`]: what the system that acts verifies offline;
 //! - [`attestation`]: the server's signed word that it claimed an execution in time.
+//!
+//! And what every program shows a human: [`escape`] and [`unicode`], the one policy
+//! for showing untrusted text (escaping and look-alike warnings).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod attestation;
 pub mod code;
+pub mod escape;
 pub mod fingerprint;
 pub mod ids;
 pub mod json;
@@ -31,6 +35,7 @@ pub mod quorum;
 pub mod receipt;
 pub mod status;
 pub mod time;
+pub mod unicode;
 
 pub use attestation::{Attestation, AttestationError};
 pub use code::Code;

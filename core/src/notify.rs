@@ -2,12 +2,18 @@
 //! says. Pure: the server's `notify` module delivers what these functions build.
 //!
 //! A notification only tells that something happened and how to look at it: the
-//! proposal id, kind, summary and requester (escaped), the first 8 characters of
-//! the preview hash, the approvals so far, and the `signer-cli` commands to run.
+//! proposal id, kind, summary and requester (escaped by [`crate::escape`], the same
+//! policy `signer-cli` shows them with, look-alike words named in warnings), the
+//! first 8 characters of the preview hash, the approvals so far, and the
+//! `signer-cli` commands to run. It never says a proposal waits, nor offers the
+//! `approve` command, once the proposal can no longer be approved: every end
+//! (revoked, withdrawn, expired, policy changed, ...) is its own event, and a
+//! `waiting` notice sent after such an end says so instead.
 //! It never carries a link or a token that approves (approving is a signature made
 //! on the approver's own machine), and never the payload unless the channel sets
 //! `include_payload = true` (chat and mail are less trusted than the approver API).
 
+use crate::escape::{escape, lookalike_warnings};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -140,6 +146,14 @@ pub enum NotifyEvent {
     Rejected,
     /// Its deadline passed.
     Expired,
+    /// An approver revoked it after quorum: it will not run.
+    Revoked,
+    /// The agent withdrew it.
+    Withdrawn,
+    /// Its kind's policy (or a key its approvals need) changed: it ended unrun.
+    PolicyChanged,
+    /// A human resolved an unknown outcome.
+    Resolved,
 }
 
 impl NotifyEvent {
@@ -152,6 +166,10 @@ impl NotifyEvent {
             NotifyEvent::OutcomeUnknown => "outcome_unknown",
             NotifyEvent::Rejected => "rejected",
             NotifyEvent::Expired => "expired",
+            NotifyEvent::Revoked => "revoked",
+            NotifyEvent::Withdrawn => "withdrawn",
+            NotifyEvent::PolicyChanged => "policy_changed",
+            NotifyEvent::Resolved => "resolved",
         }
     }
 }
@@ -186,34 +204,11 @@ pub struct Notice {
     pub at: String,
     /// The payload, only when the channel sets `include_payload`.
     pub payload: Option<Value>,
-}
-
-/// Untrusted text made safe for one line: control characters, bidi controls,
-/// zero-width and line/paragraph separators become `\u{..}` (`\n`, `\r`, `\t`
-/// for those), a backslash `\\`. No CR or LF can survive, so nothing can start a
-/// new mail header or a new line that looks like ours.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if hidden(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{061C}' | '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}' | '\u{E0000}'..='\u{E007F}')
+    /// The proposal's status when the notification is sent (`PENDING`, `REVOKED`,
+    /// ...): a `waiting` notice sent late must not invite an approval that fails.
+    pub status: String,
+    /// The approver who revoked or resolved it (`revoked`, `resolved`).
+    pub by: Option<String>,
 }
 
 /// Escapes text for Slack mrkdwn: `&`, `<`, `>` as Slack asks, so no `<url|label>`
@@ -224,7 +219,7 @@ pub fn slack_escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Untrusted text for Slack: escaped as [`escape`], backticks shown as `\u{60}`, and
+/// Untrusted text for Slack: escaped as [`crate::escape::escape`], backticks shown as `\u{60}`, and
 /// set in an inline code span, where Slack makes no links from bare URLs or
 /// formatting from `*`/`_`.
 fn slack_code(s: &str) -> String {
@@ -244,7 +239,12 @@ impl Notice {
     /// The one-line title (also the mail subject, after a `[approval-gate] ` prefix).
     pub fn title(&self) -> String {
         let (id, kind) = (&self.proposal_id, escape(&self.kind));
+        let by = escape(self.by.as_deref().unwrap_or("an approver"));
         match self.event {
+            NotifyEvent::Waiting if !self.approvable() => format!(
+                "{id} ({kind}) no longer waits for approval: it is {}",
+                escape(&self.status)
+            ),
             NotifyEvent::Waiting => format!(
                 "{id} ({kind}) waits for approval: {}/{} approvals",
                 self.approvals.len(),
@@ -262,12 +262,29 @@ impl Notice {
             }
             NotifyEvent::Rejected => format!("{id} ({kind}) was rejected"),
             NotifyEvent::Expired => format!("{id} ({kind}) expired"),
+            NotifyEvent::Revoked => format!("{id} ({kind}) was revoked by {by}: it will not run"),
+            NotifyEvent::Withdrawn => {
+                format!("{id} ({kind}) was withdrawn by the agent: it will not run")
+            }
+            NotifyEvent::PolicyChanged => format!(
+                "{id} ({kind}) ended POLICY_CHANGED: its policy or an approver's key changed, it will not run"
+            ),
+            NotifyEvent::Resolved => format!(
+                "{id} ({kind}) was resolved by {by}: {}",
+                escape(&self.status)
+            ),
         }
     }
 
-    /// Who is still needed, in words (`waiting` only).
+    /// Whether an approver can still approve: a `waiting` event of a proposal that
+    /// is still PENDING when the notice is sent. Only then is `approve` offered.
+    pub fn approvable(&self) -> bool {
+        self.event == NotifyEvent::Waiting && self.status == "PENDING"
+    }
+
+    /// Who is still needed, in words (only while [`Notice::approvable`]).
     pub fn still_needed(&self) -> Option<String> {
-        if self.event != NotifyEvent::Waiting {
+        if !self.approvable() {
             return None;
         }
         let more = (self.quorum as usize).saturating_sub(self.approvals.len());
@@ -281,20 +298,37 @@ impl Notice {
         ))
     }
 
-    /// The commands an approver runs: `show` always, `approve` while it waits,
-    /// `resolve` when the outcome is unknown.
+    /// The commands an approver runs: `show` always, `approve` only while it can
+    /// be approved ([`Notice::approvable`]), `resolve` when the outcome is unknown
+    /// (and still unresolved).
     pub fn commands(&self) -> Vec<(&'static str, String)> {
         let id = &self.proposal_id;
         let mut out = vec![("show", format!("signer-cli show {id}"))];
         match self.event {
-            NotifyEvent::Waiting => out.push(("approve", format!("signer-cli approve {id}"))),
-            NotifyEvent::OutcomeUnknown => out.push((
+            NotifyEvent::Waiting if self.approvable() => {
+                out.push(("approve", format!("signer-cli approve {id}")))
+            }
+            NotifyEvent::OutcomeUnknown if self.status == "OUTCOME_UNKNOWN" => out.push((
                 "resolve",
                 format!("signer-cli resolve {id} --outcome succeeded|failed"),
             )),
             _ => {}
         }
         out
+    }
+
+    /// One line per word of the agent's text (kind, summary, requester, and the
+    /// payload when carried) that mixes scripts or only looks Latin, as `signer-cli`
+    /// warns (e.g. `WARNING: "аdmin" in summary mixes Cyrillic and Latin letters`).
+    pub fn warnings(&self) -> Vec<String> {
+        lookalike_warnings(
+            &[
+                ("kind", &self.kind),
+                ("summary", &self.summary),
+                ("requested by", &self.requested_by),
+            ],
+            self.payload.as_ref().unwrap_or(&Value::Null),
+        )
     }
 
     fn approvals_text(&self) -> String {
@@ -319,6 +353,10 @@ impl Notice {
         let _ = writeln!(t, "kind:         {}", escape(&self.kind));
         let _ = writeln!(t, "summary:      \"{}\"", escape(&self.summary));
         let _ = writeln!(t, "requested by: {}", escape(&self.requested_by));
+        for w in self.warnings() {
+            let _ = writeln!(t, "{w}");
+        }
+        let _ = writeln!(t, "status now:   {}", escape(&self.status));
         let _ = writeln!(t, "preview hash: {} (first 8 characters)", self.hash8());
         let _ = writeln!(t, "approvals:    {}", self.approvals_text());
         if let Some(n) = self.still_needed() {
@@ -367,6 +405,9 @@ impl Notice {
             "approvals": self.approvals,
             "quorum": self.quorum,
             "still_needed": self.still_needed(),
+            "status": escape(&self.status),
+            "by": self.by.as_deref().map(escape),
+            "warnings": self.warnings(),
             "outcome": self.outcome,
             "at": self.at,
             "title": self.title(),
@@ -387,6 +428,10 @@ impl Notice {
         let _ = writeln!(m, "*{title}*");
         let _ = writeln!(m, "summary: {}", slack_code(&self.summary));
         let _ = writeln!(m, "requested by: {}", slack_code(&self.requested_by));
+        for w in self.warnings() {
+            let _ = writeln!(m, "{}", slack_escape(&w.replace('`', "\\u{60}")));
+        }
+        let _ = writeln!(m, "status now: `{}`", slack_escape(&escape(&self.status)));
         let _ = writeln!(m, "preview hash: `{}`", slack_escape(self.hash8()));
         let _ = writeln!(m, "approvals: {}", slack_escape(&self.approvals_text()));
         if let Some(n) = self.still_needed() {
@@ -429,6 +474,8 @@ mod tests {
             outcome: None,
             at: "2026-01-01T00:00:00Z".into(),
             payload: None,
+            status: "PENDING".into(),
+            by: None,
         }
     }
 
@@ -465,6 +512,67 @@ mod tests {
         );
         assert!(m.contains("\\u{60}x\\u{60}"), "{m}");
         assert!(m.contains("summary: `"), "{m}");
+    }
+
+    #[test]
+    fn a_waiting_notice_sent_after_a_revoke_offers_no_approval() {
+        let mut n = notice("s");
+        n.status = "REVOKED".into();
+        assert!(n.commands().iter().all(|(c, _)| *c != "approve"));
+        assert_eq!(n.still_needed(), None);
+        assert!(n
+            .title()
+            .contains("no longer waits for approval: it is REVOKED"));
+        let t = n.text();
+        assert!(
+            !t.contains("signer-cli approve") && !t.contains("more approval(s)"),
+            "{t}"
+        );
+        assert!(n.json()["commands"].get("approve").is_none());
+        assert!(!n.slack().to_string().contains("signer-cli approve"));
+    }
+
+    #[test]
+    fn each_terminal_change_has_its_own_title_and_no_approve() {
+        for (event, status, words) in [
+            (NotifyEvent::Revoked, "REVOKED", "was revoked by bob"),
+            (
+                NotifyEvent::Withdrawn,
+                "WITHDRAWN",
+                "was withdrawn by the agent",
+            ),
+            (NotifyEvent::Expired, "EXPIRED", "expired"),
+            (
+                NotifyEvent::PolicyChanged,
+                "POLICY_CHANGED",
+                "ended POLICY_CHANGED",
+            ),
+        ] {
+            let mut n = notice("s");
+            n.event = event;
+            n.status = status.into();
+            n.by = Some("bob".into());
+            assert!(n.title().contains(words), "{}", n.title());
+            assert_eq!(n.json()["event"], event.as_str());
+            assert!(n.commands().iter().all(|(c, _)| *c != "approve"));
+        }
+    }
+
+    #[test]
+    fn blank_rendering_characters_are_escaped_in_every_body() {
+        let n = notice("a\u{3164}b\u{2800}c \u{430}dmin");
+        let (t, j, s) = (n.text(), n.json().to_string(), n.slack().to_string());
+        for body in [&t, &j, &s] {
+            assert!(
+                !body.contains('\u{3164}') && !body.contains('\u{2800}'),
+                "{body}"
+            );
+            assert!(
+                body.contains("\\u{3164}") && body.contains("\\u{2800}"),
+                "{body}"
+            );
+            assert!(body.contains("mixes Cyrillic and Latin letters"), "{body}");
+        }
     }
 
     #[test]

@@ -186,6 +186,15 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.outbox_page(limit)
     }
+    fn outbox_due(
+        &self,
+        now_ms: u64,
+        per_kind: usize,
+        limit: usize,
+    ) -> Result<Vec<(u64, crate::notify::OutboxItem)>, StoreError> {
+        self.refused()?;
+        self.inner.outbox_due(now_ms, per_kind, limit)
+    }
     fn outbox_put(&self, seq: u64, item: &crate::notify::OutboxItem) -> Result<(), StoreError> {
         self.refused()?;
         self.inner.outbox_put(seq, item)

@@ -6,8 +6,8 @@
 //! - [`client`]: HTTP with signed reads, time-outs, and server errors;
 //! - [`known_servers`]: each server's id and key, pinned on first use;
 //! - [`proposal`]: the local checks every proposal passes before it is shown or signed;
-//! - [`display`]: escaping untrusted text and rendering;
-//! - [`unicode`]: which characters render blank and which words look like others (pure);
+//! - [`display`]: rendering, with `approval_core::escape` (the one escaping and
+//!   look-alike policy, shared with the server's notifications);
 //! - [`commands`]: one module per command;
 //! - [`ui`]: the approver's page (`signer-cli ui`): a loopback server and its guards;
 //! - [`failure`]: the exit code each error means (mapped in `main`).
@@ -23,4 +23,3 @@ pub mod failure;
 pub mod known_servers;
 pub mod proposal;
 pub mod ui;
-pub mod unicode;

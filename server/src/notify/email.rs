@@ -4,7 +4,7 @@
 //! local relay; `smtp://user:pass@host:587?tls=required` STARTTLS; `smtps://` TLS),
 //! the sender `--smtp-from`; neither ever comes from a policy. Subject
 //! `[approval-gate] <title>`; the agent's text reaches headers only escaped (no CR
-//! or LF survives [`approval_core::notify::escape`]), and lettre encodes what is left.
+//! or LF survives [`approval_core::escape::escape`]), and lettre encodes what is left.
 
 use super::NotifyOptions;
 use approval_core::notify::{Notice, NotifyChannel};

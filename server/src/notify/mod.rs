@@ -6,9 +6,10 @@
 //!   queued if and only if its change committed, and a restart delivers what was
 //!   queued (at least once: a crash between a delivery and its removal repeats it;
 //!   `X-Approval-Delivery` / `Message-ID` let a receiver drop the repeat).
-//! - Nothing here runs on a proposal's path: the deliverer is its own task, reading
-//!   the outbox in batches of [`BATCH`], so a receiver that is down, slow or failing
-//!   never blocks, slows or fails a proposal.
+//! - Nothing here runs on a proposal's path: the deliverer ([`deliver`]) is its own
+//!   task, so a receiver that is down, slow or failing never blocks, slows or fails
+//!   a proposal. Nor does it hold back other notifications: the deliverer reads only
+//!   what is due, fairly across kinds ([`due`]), and runs a bounded queue per channel.
 //! - A failed delivery is logged with its reason and retried with doubling back-off
 //!   (from `retry_base` up to `retry_max`) until `give_up` after the event; then the
 //!   entry is dropped, logged, and counted as failed.
@@ -18,6 +19,8 @@
 //!   the pending limits, so the agent cannot make the gate send unbounded mail.
 //! - What a message says is built by `approval_core::notify` (pure).
 
+mod deliver;
+pub mod due;
 pub mod email;
 pub mod webhook;
 
@@ -36,8 +39,6 @@ use std::time::Duration;
 
 /// Default cap on outbox entries.
 pub const DEFAULT_OUTBOX_CAP: u64 = 10_000;
-/// Outbox entries read per pass.
-pub const BATCH: usize = 64;
 
 /// One queued notification, as stored under `o:<seq>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +66,14 @@ pub struct OutboxItem {
     /// Channels (by index) already delivered.
     #[serde(default)]
     pub done: Vec<usize>,
+    /// The proposal's kind: the deliverer shares its work fairly across kinds, so
+    /// one kind's backlog cannot hold back another's (empty in entries queued
+    /// before this field existed: they share one turn).
+    #[serde(default)]
+    pub kind: String,
+    /// The approver who revoked or resolved it (`revoked`, `resolved`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// The notifications one committed change causes, from its audit events.
@@ -74,8 +83,14 @@ pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem>
         .any(|e| matches!(e.kind, AuditKind::Approved | AuditKind::Rejected));
     let mut out = Vec::new();
     for e in events {
+        // Every end is its own event: a revoked, withdrawn or voided proposal is
+        // never announced as waiting (it can no longer be approved).
         let event = match e.kind {
-            AuditKind::Proposed | AuditKind::Revoked => Some(NotifyEvent::Waiting),
+            AuditKind::Proposed => Some(NotifyEvent::Waiting),
+            AuditKind::Revoked => Some(NotifyEvent::Revoked),
+            AuditKind::Withdrawn => Some(NotifyEvent::Withdrawn),
+            AuditKind::PolicyChanged => Some(NotifyEvent::PolicyChanged),
+            AuditKind::Resolved => Some(NotifyEvent::Resolved),
             // An approval that did not end the wait: who is still needed changed.
             AuditKind::Decision
                 if !reached
@@ -90,7 +105,7 @@ pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem>
                 Some(Outcome::Unknown) | None => Some(NotifyEvent::OutcomeUnknown),
                 Some(_) => Some(NotifyEvent::Executed),
             },
-            _ => None,
+            AuditKind::Decision | AuditKind::Executing => None,
         };
         if let Some(event) = event {
             out.push(OutboxItem {
@@ -109,6 +124,12 @@ pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem>
                 attempts: 0,
                 next_try_ms: 0,
                 done: Vec::new(),
+                kind: rec.preview.kind.to_string(),
+                by: e
+                    .detail
+                    .get("by")
+                    .and_then(|b| b.as_str())
+                    .map(str::to_owned),
             });
         }
     }
@@ -276,6 +297,10 @@ fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: 
         }),
         at: item.at.to_string(),
         payload: with_payload.then(|| rec.preview.payload.clone()),
+        // As it is now, expiry applied (the sweep may not have stored it yet): a
+        // `waiting` sent after the proposal ended offers no approve.
+        status: rec.lifecycle.at(svc.now()).status.to_string(),
+        by: item.by.clone(),
     }
 }
 
@@ -284,101 +309,5 @@ fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: 
 /// reload may add or remove channels).
 pub fn spawn(svc: Arc<Service>, opts: NotifyOptions) {
     svc.store().set_outbox(any_channel(&svc, &opts), opts.cap);
-    tokio::spawn(async move {
-        let http = webhook::client(opts.timeout);
-        let mail = email::Mailer::new(&opts);
-        let mut warned_on = None;
-        loop {
-            // Queue only when some channel exists (a reload may add or remove them).
-            let on = any_channel(&svc, &opts);
-            svc.store().set_outbox(on, opts.cap);
-            if warned_on != Some(on) {
-                tracing::info!(on, "notifications");
-                warned_on = Some(on);
-            }
-            // Several instances on one database: one delivers at a time.
-            if !crate::run::leads(&svc, "outbox").await {
-                tokio::time::sleep(opts.tick).await;
-                continue;
-            }
-            if let Err(e) = pass(&svc, &opts, &http, &mail).await {
-                tracing::error!(error = %e, "notification outbox cannot be read");
-            }
-            tokio::time::sleep(opts.tick).await;
-        }
-    });
-}
-
-/// One pass over the oldest [`BATCH`] entries.
-async fn pass(
-    svc: &Arc<Service>,
-    opts: &NotifyOptions,
-    http: &reqwest::Client,
-    mail: &email::Mailer,
-) -> Result<(), crate::store::StoreError> {
-    let store = svc.store().clone();
-    let page = tokio::task::spawn_blocking(move || store.outbox_page(BATCH))
-        .await
-        .map_err(|e| crate::store::StoreError::Backend(e.to_string()))??;
-    for (seq, mut item) in page {
-        let now = now_ms();
-        if item.next_try_ms > now {
-            continue;
-        }
-        let Some(rec) = svc.store().get(&item.proposal_id)? else {
-            svc.store().outbox_remove(seq)?;
-            continue;
-        };
-        let channels = channels_of(svc, opts, &rec);
-        let delivery = format!("{}-{seq}", svc.store().server_id());
-        let mut last_error = None;
-        for (i, ch) in channels.iter().enumerate() {
-            if item.done.contains(&i) {
-                continue;
-            }
-            // Right before each send: a leader frozen mid-pass and replaced must not
-            // send what the new leader delivers (store/postgres/lease.rs).
-            if !svc.store().still_leads("outbox") {
-                return Ok(());
-            }
-            let n = notice(svc, &rec, &item, ch.include_payload());
-            let r = match ch {
-                NotifyChannel::Webhook { .. } => webhook::send(http, ch, &n, &delivery).await,
-                NotifyChannel::Email { .. } => mail.send(ch, &n, &delivery).await,
-            };
-            match r {
-                Ok(()) => {
-                    tracing::info!(id = %rec.id(), event = item.event.as_str(), channel = %describe(ch), "notification delivered");
-                    item.done.push(i);
-                }
-                Err(why) => {
-                    tracing::warn!(id = %rec.id(), event = item.event.as_str(), channel = %describe(ch), attempt = item.attempts + 1, "notification not delivered: {why}");
-                    last_error = Some(why);
-                }
-            }
-        }
-        if last_error.is_none() {
-            svc.store().outbox_remove(seq)?;
-            if !channels.is_empty() {
-                QUEUED_DELIVERED.fetch_add(1, Ordering::Relaxed);
-            }
-            continue;
-        }
-        item.attempts += 1;
-        let age_ms = now.saturating_sub((item.at.unix().max(0) as u64) * 1000);
-        if age_ms >= opts.give_up.as_millis() as u64 {
-            tracing::error!(id = %rec.id(), event = item.event.as_str(), attempts = item.attempts, "notification given up after {:?}: {}", opts.give_up, last_error.unwrap_or_default());
-            svc.store().outbox_remove(seq)?;
-            FAILED.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        let shift = item.attempts.saturating_sub(1).min(20);
-        let delay = opts
-            .retry_base
-            .saturating_mul(1u32 << shift)
-            .min(opts.retry_max);
-        item.next_try_ms = now + delay.as_millis() as u64;
-        svc.store().outbox_put(seq, &item)?;
-    }
-    Ok(())
+    tokio::spawn(deliver::Deliverer::new(svc, opts).run());
 }

@@ -333,3 +333,58 @@ pub fn outbox(store: &dyn Store) {
     store.create(&d, ev(&d), PendingLimits::default()).unwrap();
     assert!(store.outbox_page(10).unwrap()[0].0 > page[0].0);
 }
+
+/// Issue #31, item 3: the deliverer reads only what is due, by next attempt, and no
+/// kind's backlog hides another kind's entry (see `notify::due`).
+pub fn outbox_due_is_fair(store: &dyn Store) {
+    store.set_outbox(true, 1_000);
+    let flood_kind = approval_core::Kind::parse("flood.kind").unwrap();
+    for i in 0..40u8 {
+        let mut r = record(&minted(1_800_000_100, i), "agent1", 1_800_000_100);
+        r.preview.kind = flood_kind.clone();
+        store
+            .create(&r, ev(AuditKind::Proposed, &r), PendingLimits::default())
+            .unwrap();
+    }
+    let victim = record("p-victim", "agent2", 1_800_000_200);
+    store
+        .create(
+            &victim,
+            ev(AuditKind::Proposed, &victim),
+            PendingLimits::default(),
+        )
+        .unwrap();
+    let all = store.outbox_page(1_000).unwrap();
+    assert_eq!(all.len(), 41);
+    assert!(all.iter().take(40).all(|(_, i)| i.kind == "flood.kind"));
+    // Forty fresh entries of one kind ahead of it: the other kind's entry is still
+    // among the first two picked, and no kind takes more than its share.
+    let due = store.outbox_due(1_000, 4, 10).unwrap();
+    assert_eq!(due.len(), 5, "{due:?}");
+    assert!(due[..2].iter().any(|(_, i)| i.proposal_id == *victim.id()));
+    assert_eq!(
+        due.iter().filter(|(_, i)| i.kind == "flood.kind").count(),
+        4
+    );
+    // The flood fails: each waits for its retry, later entries sooner. Waiting
+    // entries take no place; the due ones come by next attempt.
+    for (n, (seq, item)) in all.iter().take(40).enumerate() {
+        let mut it = item.clone();
+        it.attempts = 1;
+        it.next_try_ms = 10_000 + (40 - n as u64);
+        store.outbox_put(*seq, &it).unwrap();
+    }
+    let due = store.outbox_due(1_000, 4, 10).unwrap();
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].1.proposal_id, *victim.id());
+    let due = store.outbox_due(10_005, 3, 10).unwrap();
+    let flood: Vec<u64> = due
+        .iter()
+        .filter(|(_, i)| i.kind == "flood.kind")
+        .map(|(_, i)| i.next_try_ms)
+        .collect();
+    assert_eq!(flood, vec![10_001, 10_002, 10_003], "{due:?}");
+    assert!(due.iter().any(|(_, i)| i.proposal_id == *victim.id()));
+    // The limit bounds the whole read.
+    assert_eq!(store.outbox_due(u64::MAX / 2, 100, 7).unwrap().len(), 7);
+}

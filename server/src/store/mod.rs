@@ -325,6 +325,21 @@ pub trait Store: Send + Sync + 'static {
     fn outbox_page(&self, _limit: usize) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
         Ok(Vec::new())
     }
+    /// The outbox entries due at `now_ms` (`next_try_ms <= now_ms`), fairly across
+    /// kinds: at most `per_kind` of any one kind (each kind's earliest next attempt
+    /// first, then oldest), interleaved (every kind's first, then every kind's
+    /// second, ...), at most `limit` in all. An entry waiting for its retry never
+    /// takes a place, and one kind's backlog never hides another kind's entry. See
+    /// [`crate::notify::due::pick`], which the embedded store uses and which the
+    /// SQL of shared stores computes the same way.
+    fn outbox_due(
+        &self,
+        _now_ms: u64,
+        _per_kind: usize,
+        _limit: usize,
+    ) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+        Ok(Vec::new())
+    }
     /// Rewrites an outbox entry (its retry state).
     fn outbox_put(&self, _seq: u64, _item: &OutboxItem) -> Result<(), StoreError> {
         Ok(())

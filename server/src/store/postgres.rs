@@ -1314,6 +1314,37 @@ impl Store for PgStore {
         })
     }
 
+    fn outbox_due(
+        &self,
+        now_ms: u64,
+        per_kind: usize,
+        limit: usize,
+    ) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+        // The selection of `notify::due::pick`, in SQL: rank each kind's due entries
+        // by next attempt then number, keep the first `per_kind` of each, and
+        // interleave the kinds by rank.
+        let pool = self.pool.clone();
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        self.block(async move {
+            let c = pool.get().await.map_err(pool_err)?;
+            let rows = c
+                .query(
+                    "SELECT seq, item FROM (                        SELECT seq, item, due, row_number() OVER (PARTITION BY kind ORDER BY due, seq) AS rank                        FROM (SELECT seq, item, COALESCE(j->>'kind', '') AS kind,                                     COALESCE((j->>'next_try_ms')::bigint, 0) AS due                              FROM (SELECT seq, item, item::jsonb AS j FROM outbox) o) k                        WHERE due <= $1) r                      WHERE rank <= $2 ORDER BY rank, due, seq LIMIT $3",
+                    &[&now, &sql_limit(per_kind), &sql_limit(limit)],
+                )
+                .await
+                .map_err(pg_err)?;
+            rows.iter()
+                .map(|r| {
+                    let seq: i64 = r.get(0);
+                    let item: OutboxItem = serde_json::from_str(r.get::<_, &str>(1))
+                        .map_err(|e| corrupt(&format!("outbox/{seq}"), e))?;
+                    Ok((seq as u64, item))
+                })
+                .collect()
+        })
+    }
+
     fn outbox_put(&self, seq: u64, item: &OutboxItem) -> Result<(), StoreError> {
         let (pool, body) = (self.pool.clone(), encode(item)?);
         self.block(async move {
@@ -1796,6 +1827,13 @@ mod tests {
         let Some(db) = Fresh::new() else { return };
         PgStore::migrate(&db.url).unwrap();
         contract::outbox(&PgStore::open(&db.url).unwrap());
+    }
+
+    #[test]
+    fn postgres_outbox_due_entries_of_a_flooded_kind_do_not_hide_another_kinds() {
+        let Some(db) = Fresh::new() else { return };
+        PgStore::migrate(&db.url).unwrap();
+        contract::outbox_due_is_fair(&PgStore::open(&db.url).unwrap());
     }
 
     #[test]

@@ -824,6 +824,26 @@ impl Store for SledStore {
         Ok(out)
     }
 
+    fn outbox_due(
+        &self,
+        now_ms: u64,
+        per_kind: usize,
+        limit: usize,
+    ) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+        // One pass over the outbox (at most its cap), holding at most `per_kind`
+        // entries of each kind: the selection itself is `notify::due`'s.
+        let mut pick = crate::notify::due::Pick::new(now_ms, per_kind);
+        for item in self.tree.scan_prefix(key::OUTBOX) {
+            let (k, v) = item?;
+            let seq = <[u8; 8]>::try_from(&k[key::OUTBOX.len()..])
+                .map(u64::from_be_bytes)
+                .map_err(|_| corrupt(&k, "outbox key is not a number"))?;
+            let it: OutboxItem = serde_json::from_slice(&v).map_err(|e| corrupt(&k, e))?;
+            pick.offer(seq, it);
+        }
+        Ok(pick.finish(limit))
+    }
+
     fn outbox_put(&self, seq: u64, item: &OutboxItem) -> Result<(), StoreError> {
         let _w = self.writer();
         let k = key::outbox(seq);
@@ -1001,6 +1021,12 @@ mod tests {
     fn sled_store_passes_the_outbox_contract() {
         let dir = tempfile::tempdir().unwrap();
         contract::outbox(&SledStore::open(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn sled_outbox_due_entries_of_a_flooded_kind_do_not_hide_another_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        contract::outbox_due_is_fair(&SledStore::open(dir.path()).unwrap());
     }
 
     /// What the contract's `outbox` cannot check in one process: the queue and its

@@ -1,5 +1,6 @@
-//! What untrusted text can hide from the approver, classified from Unicode's own
-//! data (pure: no I/O).
+//! What untrusted text can hide from a human, classified from Unicode's own data
+//! (pure: no I/O). [`crate::escape`] shows what this module finds; `signer-cli` and the
+//! server's notifications both go through it.
 //!
 //! Two questions, both answered with the tables of maintained crates (Unicode 18),
 //! never with tables of our own:
