@@ -19,6 +19,7 @@
 
 pub mod attestation;
 pub mod code;
+pub mod cooldown;
 pub mod fingerprint;
 pub mod ids;
 pub mod json;

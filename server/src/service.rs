@@ -640,6 +640,7 @@ impl Service {
             created_at: now,
             expires_at: now.plus(policy.spec().ttl),
             policy_sha256: policy.sha256(),
+            cooldown: policy.spec().cooldown,
         };
         let rec = ProposalRecord {
             schema: SCHEMA_VERSION,
