@@ -154,6 +154,16 @@ pub enum AttestationError {
         /// `approved_at + execute_within`.
         closes: Timestamp,
     },
+    /// Claimed inside the cooldown the preview names, before
+    /// `approved_at + cooldown`: the server let it run while approvers could still
+    /// revoke or veto it.
+    #[error("the attestation says it was claimed at {claimed_at}, inside the cooldown the preview names: it could be executed only from {opens} (approved_at + cooldown)")]
+    ClaimedDuringCooldown {
+        /// Attested.
+        claimed_at: Timestamp,
+        /// `approved_at + cooldown`.
+        opens: Timestamp,
+    },
 }
 
 impl Attestation {
@@ -184,8 +194,9 @@ impl Attestation {
 
     /// Checks the attestation for this exact proposal and preview hash under the
     /// trusted `server_key` (`verify_strict`), and that it was claimed while the
-    /// approval was executable: `approved_at <= claimed_at < approved_at +
-    /// execute_within`, with `created_at <= approved_at < expires_at`.
+    /// approval was executable: `approved_at + cooldown <= claimed_at < approved_at +
+    /// execute_within` (no cooldown: zero), with `created_at <= approved_at < expires_at`.
+    /// The window is [`crate::cooldown::execution_window`]'s, the one the server keeps.
     #[allow(clippy::too_many_arguments)]
     pub fn verify(
         &self,
@@ -196,6 +207,7 @@ impl Attestation {
         created_at: Timestamp,
         expires_at: Timestamp,
         execute_within: Seconds,
+        cooldown: Option<Seconds>,
     ) -> Result<(), AttestationError> {
         if &self.server_key != server_key {
             return Err(AttestationError::KeyMismatch {
@@ -226,12 +238,19 @@ impl Attestation {
                 expires_at,
             });
         }
-        let closes = self.approved_at.plus(execute_within);
+        let (opens, closes) =
+            crate::cooldown::execution_window(self.approved_at, cooldown, execute_within);
         if self.claimed_at < self.approved_at || self.claimed_at >= closes {
             return Err(AttestationError::ClaimedOutsideWindow {
                 claimed_at: self.claimed_at,
                 approved_at: self.approved_at,
                 closes,
+            });
+        }
+        if self.claimed_at < opens {
+            return Err(AttestationError::ClaimedDuringCooldown {
+                claimed_at: self.claimed_at,
+                opens,
             });
         }
         Ok(())
@@ -279,11 +298,14 @@ mod tests {
         let approved = Timestamp::from_unix(1_800_000_100);
         let claimed = Timestamp::from_unix(1_800_000_200);
         let a = Attestation::sign(&sk, &s, &p, &h, approved, claimed);
-        assert_eq!(a.verify(&pk, &s, &p, &h, created, expires, within), Ok(()));
+        assert_eq!(
+            a.verify(&pk, &s, &p, &h, created, expires, within, None),
+            Ok(())
+        );
         // Another proposal, hash, server, key or time: refused.
         let p2 = ProposalId::parse("p-ffffffffffffffffffffffffffffffff").unwrap();
         assert_eq!(
-            a.verify(&pk, &s, &p2, &h, created, expires, within),
+            a.verify(&pk, &s, &p2, &h, created, expires, within, None),
             Err(AttestationError::BadSignature)
         );
         assert_eq!(
@@ -294,24 +316,25 @@ mod tests {
                 &Sha256Hex::digest(b"other"),
                 created,
                 expires,
-                within
+                within,
+                None
             ),
             Err(AttestationError::BadSignature)
         );
         let s2 = ServerId::parse("srv-ffffffffffffffff").unwrap();
         assert!(matches!(
-            a.verify(&pk, &s2, &p, &h, created, expires, within),
+            a.verify(&pk, &s2, &p, &h, created, expires, within, None),
             Err(AttestationError::ServerMismatch { .. })
         ));
         let other = PublicKey::from_signing_key(&SigningKey::from_bytes(&[4; 32]));
         assert!(matches!(
-            a.verify(&other, &s, &p, &h, created, expires, within),
+            a.verify(&other, &s, &p, &h, created, expires, within, None),
             Err(AttestationError::KeyMismatch { .. })
         ));
         let mut later = a.clone();
         later.claimed_at = Timestamp::from_unix(1_800_000_201);
         assert_eq!(
-            later.verify(&pk, &s, &p, &h, created, expires, within),
+            later.verify(&pk, &s, &p, &h, created, expires, within, None),
             Err(AttestationError::BadSignature)
         );
     }
@@ -327,7 +350,7 @@ mod tests {
         let approved = Timestamp::from_unix(1_800_000_100);
         let at = |claimed: i64| {
             Attestation::sign(&sk, &s, &p, &h, approved, Timestamp::from_unix(claimed))
-                .verify(&pk, &s, &p, &h, created, expires, within)
+                .verify(&pk, &s, &p, &h, created, expires, within, None)
         };
         assert_eq!(at(1_800_000_100), Ok(()));
         assert_eq!(at(1_800_000_699), Ok(()));
@@ -337,6 +360,31 @@ mod tests {
         ));
         assert!(matches!(
             at(1_800_000_099),
+            Err(AttestationError::ClaimedOutsideWindow { .. })
+        ));
+        // With a cooldown of 2 minutes the window opens at approved_at + 120.
+        let cooled = |claimed: i64| {
+            Attestation::sign(&sk, &s, &p, &h, approved, Timestamp::from_unix(claimed)).verify(
+                &pk,
+                &s,
+                &p,
+                &h,
+                created,
+                expires,
+                within,
+                Some(Seconds::new(120)),
+            )
+        };
+        assert_eq!(
+            cooled(1_800_000_219),
+            Err(AttestationError::ClaimedDuringCooldown {
+                claimed_at: Timestamp::from_unix(1_800_000_219),
+                opens: Timestamp::from_unix(1_800_000_220),
+            })
+        );
+        assert_eq!(cooled(1_800_000_220), Ok(()));
+        assert!(matches!(
+            cooled(1_800_000_700),
             Err(AttestationError::ClaimedOutsideWindow { .. })
         ));
         // Quorum "reached" after the proposal expired: refused.
@@ -349,7 +397,7 @@ mod tests {
             Timestamp::from_unix(expires.unix() + 1),
         );
         assert!(matches!(
-            late.verify(&pk, &s, &p, &h, created, expires, within),
+            late.verify(&pk, &s, &p, &h, created, expires, within, None),
             Err(AttestationError::ApprovedOutsideLife { .. })
         ));
     }

@@ -15,6 +15,10 @@ pub enum Code {
     PendingQuorum,
     /// Quorum reached: the proposal may be executed once.
     QuorumReached,
+    /// Quorum reached, but the policy's cooldown has not ended: the proposal becomes
+    /// executable at `executable_from`, and approvers can still revoke or veto it
+    /// until then. Nothing was consumed; execute again from that time.
+    CoolingDown,
     /// The action ran and succeeded.
     Succeeded,
     /// The action ran and failed.
@@ -71,6 +75,7 @@ impl Code {
         match self {
             Code::PendingQuorum => "PENDING_QUORUM",
             Code::QuorumReached => "QUORUM_REACHED",
+            Code::CoolingDown => "COOLING_DOWN",
             Code::Succeeded => "SUCCEEDED",
             Code::Failed => "FAILED",
             Code::AlreadyExecutedNoReplay => "ALREADY_EXECUTED_NO_REPLAY",

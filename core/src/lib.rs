@@ -22,6 +22,7 @@
 
 pub mod attestation;
 pub mod code;
+pub mod cooldown;
 pub mod escape;
 pub mod fingerprint;
 pub mod ids;

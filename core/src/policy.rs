@@ -167,6 +167,13 @@ pub struct PolicySpec {
     /// How long an approval stays executable.
     #[serde(default = "default_execute_within")]
     pub execute_within: Seconds,
+    /// How long after quorum the proposal is not yet executable (`cooldown = "60s"`),
+    /// so that any approver can still revoke or veto it: defence in depth against an
+    /// agent that races a revoke (Safe's delay modules). The cooldown is the first part
+    /// of `execute_within`, so it must be shorter. Left out of the canonical form when
+    /// unset, so a policy without it keeps its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<Seconds>,
     /// Limit on the payload's canonical size in bytes.
     #[serde(default = "default_max_payload")]
     pub max_payload_bytes: u64,
@@ -503,6 +510,17 @@ impl Policy {
                     spec.vetoes
                 ),
             ));
+        }
+        if let Some(c) = spec.cooldown {
+            if c >= spec.execute_within {
+                return Err(err(
+                    at("cooldown"),
+                    format!(
+                        "cooldown = \"{c}\" must be shorter than execute_within = \"{}\": the execution window counts from quorum and the cooldown is its first part; shorten the cooldown or lengthen execute_within",
+                        spec.execute_within
+                    ),
+                ));
+            }
         }
         if spec.max_payload_bytes < 2 || spec.max_payload_bytes > MAX_MAX_PAYLOAD_BYTES {
             return Err(err(

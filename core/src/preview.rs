@@ -6,7 +6,7 @@
 
 use crate::ids::{AgentName, Kind, ProposalId, ServerId, Sha256Hex};
 use crate::json::{self, PayloadError};
-use crate::time::Timestamp;
+use crate::time::{Seconds, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
@@ -39,6 +39,12 @@ pub struct Preview {
     pub expires_at: Timestamp,
     /// Hash of the canonical policy that governs it.
     pub policy_sha256: Sha256Hex,
+    /// The policy's cooldown, when it has one: after quorum the proposal is not
+    /// executable for this long, and any approver can still revoke or veto it. Shown
+    /// so that approvers sign it; absent without one, so such previews (and their
+    /// hashes) are exactly as before. Written in its one spelling (`"1m"`, not `"60s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<Seconds>,
 }
 
 /// A preview that cannot be read or hashed.
@@ -63,6 +69,20 @@ impl Preview {
             serde_json::from_value(v.clone()).map_err(|e| PreviewError::Shape(e.to_string()))?;
         if p.v != PREVIEW_VERSION {
             return Err(PreviewError::Version(p.v));
+        }
+        if let Some(c) = p.cooldown {
+            // A duration has several spellings ("60s", "1m"); the hash is over the
+            // bytes received, so only the one this crate writes is accepted.
+            let got = v
+                .get("cooldown")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if got != c.to_spec() {
+                return Err(PreviewError::Shape(format!(
+                    "cooldown {got:?} is not written in its one spelling {:?}",
+                    c.to_spec()
+                )));
+            }
         }
         json::check_value(&p.payload)?;
         Ok(p)
@@ -145,6 +165,33 @@ mod tests {
         ));
         let mut v = sample();
         v["created_at"] = json!("2026-11-30T00:00:00+00:00");
+        assert!(matches!(
+            Preview::from_value(&v),
+            Err(PreviewError::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn a_cooldown_is_carried_in_its_one_spelling_and_only_when_set() {
+        let without = Preview::from_value(&sample()).unwrap();
+        assert_eq!(without.cooldown, None);
+        assert!(!String::from_utf8(without.canonical_bytes())
+            .unwrap()
+            .contains("cooldown"));
+        let mut v = sample();
+        v["cooldown"] = json!("1m");
+        let with = Preview::from_value(&v).unwrap();
+        assert_eq!(with.cooldown, Some(Seconds::new(60)));
+        assert_eq!(with.to_value(), v);
+        assert_ne!(with.sha256(), without.sha256());
+        for bad in ["60s", "0s", "soon", ""] {
+            v["cooldown"] = json!(bad);
+            assert!(
+                matches!(Preview::from_value(&v), Err(PreviewError::Shape(_))),
+                "{bad}"
+            );
+        }
+        v["cooldown"] = json!(60);
         assert!(matches!(
             Preview::from_value(&v),
             Err(PreviewError::Shape(_))

@@ -103,6 +103,15 @@ pub enum ReceiptError {
         /// The preview's kind.
         preview: String,
     },
+    /// The preview's cooldown is not its policy's: approvers signed one and the
+    /// rules say another, so no execution window can be trusted.
+    #[error("the preview's cooldown ({preview}) is not its policy's ({policy})")]
+    CooldownMismatch {
+        /// The preview's cooldown (`none` when absent).
+        preview: String,
+        /// The policy's cooldown (`none` when absent).
+        policy: String,
+    },
     /// The preview is from another server.
     #[error("preview is from server {found}, expected {expected}")]
     ServerMismatch {
@@ -289,6 +298,13 @@ pub fn verify_receipt_for_server(
             preview: preview.kind.to_string(),
         });
     }
+    if preview.cooldown != policy.spec().cooldown {
+        let spell = |c: Option<crate::Seconds>| c.map_or("none".to_owned(), |c| c.to_spec());
+        return Err(ReceiptError::CooldownMismatch {
+            preview: spell(preview.cooldown),
+            policy: spell(policy.spec().cooldown),
+        });
+    }
     if let Some(now) = now {
         let closes = preview.expires_at.plus(policy.spec().execute_within);
         if now >= closes {
@@ -370,6 +386,7 @@ pub fn verify_receipt_attested(
         p.created_at,
         p.expires_at,
         within,
+        p.cooldown,
     )?;
     if let Some(now) = now {
         let closes = a.approved_at.plus(within);

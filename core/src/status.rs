@@ -3,6 +3,7 @@
 //! ```text
 //! PENDING --quorum--> APPROVED --execute--> EXECUTING --> SUCCEEDED | FAILED
 //! PENDING --vetoes--> REJECTED           PENDING/APPROVED --ttl / execute_within--> EXPIRED
+//! APPROVED, still in its cooldown --signed reject--> REJECTED
 //! APPROVED --signed revoke--> REVOKED    PENDING --approval_withdraw--> WITHDRAWN
 //! PENDING/APPROVED --policy edited--> POLICY_CHANGED
 //! EXECUTING --(process died, found at start)--> OUTCOME_UNKNOWN --signed resolve--> SUCCEEDED | FAILED
@@ -12,6 +13,8 @@
 //! transition takes `now` and returns the new lifecycle or a [`TransitionError`]
 //! that carries the code an agent branches on. Expiry is a pure function of
 //! (lifecycle, now), so a read can apply it without a background task having run.
+//! So is the end of a policy's cooldown (see [`crate::cooldown`]): an APPROVED
+//! proposal is executable only from `executable_from` on.
 
 use crate::code::Code;
 use crate::time::{Seconds, Timestamp};
@@ -154,6 +157,11 @@ pub struct Lifecycle {
     pub approved_at: Option<Timestamp>,
     /// Until when an APPROVED proposal may be executed.
     pub executable_until: Option<Timestamp>,
+    /// From when an APPROVED proposal may be executed: quorum time plus the policy's
+    /// cooldown. Absent without a cooldown (and in records of earlier builds), when
+    /// it is executable from quorum on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable_from: Option<Timestamp>,
 }
 
 impl Lifecycle {
@@ -164,6 +172,7 @@ impl Lifecycle {
             expires_at,
             approved_at: None,
             executable_until: None,
+            executable_from: None,
         }
     }
 
@@ -229,18 +238,36 @@ impl Lifecycle {
 
     /// PENDING → APPROVED when quorum is reached; executable for `execute_within`.
     pub fn approve(self, now: Timestamp, execute_within: Seconds) -> Result<Self, TransitionError> {
+        self.approve_with_cooldown(now, None, execute_within)
+    }
+
+    /// PENDING → APPROVED when quorum is reached under a policy with a `cooldown`: the
+    /// window [`crate::cooldown::execution_window`] gives, i.e. executable from
+    /// `now + cooldown` until `now + execute_within`.
+    pub fn approve_with_cooldown(
+        self,
+        now: Timestamp,
+        cooldown: Option<Seconds>,
+        execute_within: Seconds,
+    ) -> Result<Self, TransitionError> {
         let cur = self.require(now, &[Status::Pending], "approve")?;
+        let (from, until) = crate::cooldown::execution_window(now, cooldown, execute_within);
         Ok(Self {
             status: Status::Approved,
             approved_at: Some(now),
-            executable_until: Some(now.plus(execute_within)),
+            executable_until: Some(until),
+            executable_from: cooldown.map(|_| from),
             ..cur
         })
     }
 
-    /// PENDING → REJECTED when vetoed.
+    /// PENDING → REJECTED when vetoed, or APPROVED → REJECTED by a signed reject
+    /// during the cooldown (the cooldown exists so that a veto can still land).
     pub fn reject(self, now: Timestamp) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Pending], "reject")?;
+        let cur = self.require(now, &[Status::Pending, Status::Approved], "reject")?;
+        if cur.status == Status::Approved && cur.cooling_down_until(now).is_none() {
+            return Err(Self::refuse(Status::Approved, "reject"));
+        }
         Ok(Self {
             status: Status::Rejected,
             ..cur
@@ -288,6 +315,13 @@ impl Lifecycle {
     /// that atomic, this function says whether it is allowed at all.
     pub fn claim(self, now: Timestamp) -> Result<Self, TransitionError> {
         let cur = self.require(now, &[Status::Approved], "execute")?;
+        if cur.cooling_down_until(now).is_some() {
+            return Err(TransitionError {
+                from: Status::Approved,
+                action: "execute",
+                code: Code::CoolingDown,
+            });
+        }
         Ok(Self {
             status: Status::Executing,
             ..cur
@@ -325,9 +359,10 @@ impl Lifecycle {
         Ok(Self { status, ..self })
     }
 
-    /// Whether `approval_execute` would be allowed at `now`.
+    /// Whether `approval_execute` would be allowed at `now`: APPROVED, inside its
+    /// window and past any cooldown. The one place this is decided.
     pub fn executable(&self, now: Timestamp) -> bool {
-        self.at(now).status == Status::Approved
+        self.at(now).status == Status::Approved && self.cooling_down_until(now).is_none()
     }
 
     /// Whether an agent may usefully try again later (the state can still change
@@ -373,6 +408,7 @@ mod tests {
                     expires_at: t(100),
                     approved_at: Some(t(10)),
                     executable_until: until,
+                    executable_from: None,
                 };
                 for now in (-10..200).map(t) {
                     let by_deadline = l.deadline().is_some_and(|d| now >= d);
@@ -502,6 +538,7 @@ mod tests {
         assert_eq!(pending().revoke(t(1)).unwrap_err().from, Status::Pending);
         assert_eq!(approved.withdraw(t(2)).unwrap_err().from, Status::Approved);
         assert_eq!(approved.reject(t(2)).unwrap_err().from, Status::Approved);
+        assert_eq!(approved.reject(t(2)).unwrap_err().code, Code::QuorumReached);
         assert!(approved.policy_changed(t(2)).is_ok());
         assert!(pending().finish(Outcome::Succeeded).is_err());
         assert!(pending().resolve(true).is_err());

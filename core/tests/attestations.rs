@@ -256,3 +256,63 @@ proptest! {
         );
     }
 }
+
+/// The standard policy with `cooldown = "2m"`, its preview, and alice's and carol's
+/// approvals claimed at `claimed` after quorum at `t(100)`.
+fn cooled_receipt(claimed: Timestamp) -> Receipt {
+    let toml = policy_toml(2, &["alice", "bob", "carol"], 1, &[(&["carol"], 1)]).replace(
+        "execute_within = \"10m\"\n",
+        "execute_within = \"10m\"\ncooldown = \"2m\"\n",
+    );
+    let policy = approval_core::Policy::parse_toml("email.send.toml", &toml).unwrap();
+    let mut v = preview(&policy, serde_json::json!({"to": "cfo@example.com"})).to_value();
+    v["cooldown"] = serde_json::json!("2m");
+    let p = approval_core::Preview::from_value(&v).unwrap();
+    let h = p.sha256();
+    let a = Attestation::sign(&server_sk(), &sid(), &p.proposal_id, &h, t(100), claimed);
+    Receipt::build(
+        &p,
+        &policy,
+        &full_keyring(),
+        &[approve("alice", &h), approve("carol", &h)],
+    )
+    .with_attestation(Some(a))
+}
+
+/// A server that let a proposal run inside the cooldown its preview names (while
+/// approvers could still revoke it) is caught by any verifier of the receipt.
+#[test]
+fn an_attestation_claimed_during_the_cooldown_is_refused() {
+    assert_eq!(
+        with_key(&cooled_receipt(t(219)), None),
+        Err(ReceiptError::Attestation(
+            AttestationError::ClaimedDuringCooldown {
+                claimed_at: t(219),
+                opens: t(220)
+            }
+        ))
+    );
+    assert_eq!(with_key(&cooled_receipt(t(220)), None), Ok(()));
+    // The window still closes at approved_at + execute_within.
+    assert!(matches!(
+        with_key(&cooled_receipt(t(700)), None),
+        Err(ReceiptError::Attestation(
+            AttestationError::ClaimedOutsideWindow { .. }
+        ))
+    ));
+    // A preview whose cooldown is not its policy's: the window cannot be trusted.
+    let mut r = cooled_receipt(t(220));
+    r.preview
+        .as_object_mut()
+        .unwrap()
+        .remove("cooldown")
+        .unwrap();
+    r.preview_sha256 = Sha256Hex::digest(&approval_core::json::canonical_bytes(&r.preview));
+    assert_eq!(
+        verify_receipt(&r, &full_keyring(), None).map(|_| ()),
+        Err(ReceiptError::CooldownMismatch {
+            preview: "none".into(),
+            policy: "2m".into()
+        })
+    );
+}

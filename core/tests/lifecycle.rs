@@ -15,6 +15,7 @@ fn in_status(status: Status) -> Lifecycle {
         expires_at: t(100),
         approved_at: Some(t(50)),
         executable_until: Some(t(200)),
+        executable_from: None,
     }
 }
 
@@ -355,4 +356,40 @@ fn lifecycle_serialises_with_wire_spellings() {
         })
     );
     assert_eq!(serde_json::from_value::<Lifecycle>(v).unwrap(), l);
+}
+
+proptest::proptest! {
+    /// With any cooldown shorter than the window, at any moment: an approval is
+    /// executable exactly inside `[approved_at + cooldown, approved_at + execute_within)`,
+    /// a claim succeeds exactly then (and is refused COOLING_DOWN before, without
+    /// changing anything), and a revoke or a veto lands exactly until it opens (a
+    /// revoke after too, while it is APPROVED).
+    #[test]
+    fn an_approval_is_executable_only_after_its_cooldown(
+        approved in 0i64..1000,
+        within in 2u64..500,
+        cooldown_frac in 0u64..1000,
+        offset in -10i64..600,
+    ) {
+        use approval_core::cooldown::execution_window;
+        use approval_core::Decision;
+        let cooldown = Seconds::new(1 + cooldown_frac % (within - 1));
+        let l = Lifecycle::new(t(approved + 1))
+            .approve_with_cooldown(t(approved), Some(cooldown), Seconds::new(within))
+            .unwrap();
+        let now = t(approved + offset);
+        let (opens, closes) = execution_window(t(approved), Some(cooldown), Seconds::new(within));
+        let inside = opens <= now && now < closes;
+        let cooling = now < opens;
+        proptest::prop_assert_eq!(l.executable(now), inside);
+        proptest::prop_assert_eq!(l.claim(now).is_ok(), inside);
+        if cooling {
+            proptest::prop_assert_eq!(l.claim(now).unwrap_err().code, Code::CoolingDown);
+            proptest::prop_assert_eq!(l.cooling_down_until(now), Some(opens));
+        }
+        proptest::prop_assert_eq!(l.accepts(Decision::Reject, now), cooling);
+        proptest::prop_assert_eq!(l.reject(now).is_ok(), cooling);
+        proptest::prop_assert_eq!(l.accepts(Decision::Revoke, now), now < closes);
+        proptest::prop_assert_eq!(l.revoke(now).is_ok(), now < closes);
+    }
 }

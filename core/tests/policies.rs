@@ -383,3 +383,47 @@ fn payload_checks_refuse_with_the_exact_reason() {
     .unwrap();
     assert_eq!(at(size).check_payload(&spaced), Ok(()));
 }
+
+/// A cooldown is read like the other durations, bounded by the execution window it
+/// is the first part of, and left out of the canonical form (and hash) when unset.
+#[test]
+fn a_cooldown_is_parsed_bounded_and_hashed_only_when_set() {
+    let base = parse(GOOD_POLICY).unwrap();
+    assert_eq!(base.spec().cooldown, None);
+    assert!(base.canonical_json().get("cooldown").is_none());
+    let with = |c: &str| {
+        parse(&GOOD_POLICY.replace(
+            "execute_within = \"10m\"\n",
+            &format!("execute_within = \"10m\"\ncooldown = {c}\n"),
+        ))
+    };
+    let p = with("\"60s\"").unwrap();
+    assert_eq!(p.spec().cooldown, Some(Seconds::new(60)));
+    assert_eq!(p.canonical_json()["cooldown"], json!("1m"));
+    assert_ne!(p.sha256(), base.sha256());
+    assert_eq!(with("\"1m\"").unwrap().sha256(), p.sha256());
+    assert_eq!(
+        Policy::from_canonical_json(p.canonical_json())
+            .unwrap()
+            .sha256(),
+        p.sha256()
+    );
+    // As long as the execution window or longer: nothing would be left to execute in.
+    for long in ["\"10m\"", "\"2h\""] {
+        let e = with(long).unwrap_err();
+        assert_eq!(e.line, Some(8), "{e}");
+        assert!(
+            e.message.contains("must be shorter than execute_within")
+                && e.message.contains("shorten the cooldown"),
+            "{e}"
+        );
+    }
+    for bad in ["\"0s\"", "\"soon\"", "60", "\"-1s\""] {
+        let e = with(bad).unwrap_err();
+        assert_eq!(e.line, Some(8), "{bad}: {e}");
+    }
+    assert!(with("\"0s\"")
+        .unwrap_err()
+        .message
+        .contains("invalid duration"));
+}

@@ -74,5 +74,6 @@ pub fn preview(payload: Value) -> Preview {
         created_at: Timestamp::from_unix(NOW),
         expires_at: Timestamp::from_unix(NOW + 1800),
         policy_sha256: policy().sha256(),
+        cooldown: None,
     }
 }

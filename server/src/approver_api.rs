@@ -236,7 +236,7 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
             json!([]),
         ),
     };
-    Ok(json!({
+    let mut view = json!({
         "proposal_id": rec.id(),
         "status": life.status,
         "preview": rec.preview.to_value(),
@@ -249,7 +249,12 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
         "decisions": rec.decisions,
         "executable_until": life.executable_until,
         "result": rec.result,
-    }))
+    });
+    // Only under a policy with a cooldown, so other views are as before.
+    if let Some(from) = life.executable_from {
+        view["executable_from"] = json!(from);
+    }
+    Ok(view)
 }
 
 /// Holds every answer until nothing it may report is still waiting for its fsync.

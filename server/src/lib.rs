@@ -23,6 +23,7 @@ pub mod identity;
 pub mod import_tools;
 pub mod init;
 pub mod listener;
+pub mod long_poll;
 pub mod mcp;
 pub mod notify;
 pub mod record;

@@ -208,6 +208,11 @@ pub struct ToolOutput {
     /// Until when an approved proposal may be executed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executable_until: Option<String>,
+    /// From when an approved proposal may be executed, under a policy with a
+    /// cooldown: quorum time plus the cooldown. Before it, approval_execute is refused
+    /// COOLING_DOWN and approvers can still revoke or veto.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executable_from: Option<String>,
     /// Whether approval_execute would run it now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executable: Option<bool>,
@@ -371,7 +376,7 @@ impl McpHandler {
             QuorumOutcome::Pending { missing_groups, .. } => missing_groups.clone(),
             _ => vec![],
         };
-        let code = life.status.code();
+        let code = rec.lifecycle.code_at(now);
         let default_message = match life.status {
             Status::Pending => {
                 let need = spec.quorum.saturating_sub(approvals.len() as u32);
@@ -389,7 +394,13 @@ impl McpHandler {
                     rec.id()
                 )
             }
-            Status::Approved => "Quorum reached. Call approval_execute once with this proposal_id and preview_sha256.".into(),
+            Status::Approved => match rec.lifecycle.cooling_down_until(now) {
+                Some(from) => format!(
+                    "Quorum reached, but the policy's cooldown runs until {from}: approval_execute is refused (COOLING_DOWN) until then, \
+                     and approvers can still revoke or veto it. Poll approval_status with wait_seconds: it answers when the cooldown ends."
+                ),
+                None => "Quorum reached. Call approval_execute once with this proposal_id and preview_sha256.".into(),
+            },
             Status::Executing => "The action is running; poll approval_status. Do not execute again.".into(),
             Status::Succeeded => "The action ran and succeeded. It will never run again.".into(),
             Status::Failed => "The action ran and failed; it will not be retried. Tell your human; prepare a new proposal if wanted.".into(),
@@ -413,7 +424,8 @@ impl McpHandler {
             preview: None,
             expires_at: Some(rec.preview.expires_at.to_string()),
             executable_until: life.executable_until.map(|t| t.to_string()),
-            executable: Some(life.status == Status::Approved),
+            executable_from: life.executable_from.map(|t| t.to_string()),
+            executable: Some(rec.lifecycle.executable(now)),
             approvals: Some(approvals),
             rejections: Some(rejections),
             required: Some(RequiredOut {
@@ -482,10 +494,18 @@ impl McpHandler {
                 let a = parse!(StatusArgs);
                 match self
                     .svc
-                    .status(agent, &a.proposal_id, a.wait_seconds.unwrap_or(0))
+                    .status_waiting(agent, &a.proposal_id, a.wait_seconds.unwrap_or(0))
                     .await
                 {
-                    Ok(rec) => self.describe(&rec, None),
+                    Ok((rec, crate::long_poll::Waited::Busy)) => self.describe(&rec, None).map(|mut o| {
+                        o.message = format!(
+                            "{} (Answered without waiting: you already hold {} waiting approval_status calls; let one end before starting another.)",
+                            o.message,
+                            crate::long_poll::MAX_LONG_POLLS_PER_AGENT
+                        );
+                        o
+                    }),
+                    Ok((rec, _)) => self.describe(&rec, None),
                     Err(e) => Err(e),
                 }
             }

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::executor::{self, ExecContext};
 use crate::identity::ServerIdentity;
+use crate::long_poll;
 use crate::record::{ExecResult, ProposalRecord, StoredDecision, SCHEMA_VERSION};
 use crate::store::{
     Cas, Cursor, GroupCommit, HeadPage, ListIndex, PendingLimits, Store, StoreError,
@@ -204,6 +205,8 @@ pub struct Service {
     /// (see `store::flush_inline_on_this_thread`), and an effect must neither wait
     /// behind that session's flushes nor end with it.
     runtime: Option<tokio::runtime::Handle>,
+    /// `approval_status` waits held per agent (issue #31: capped, see `long_poll`).
+    long_polls: crate::long_poll::LongPolls,
 }
 
 fn transition_refusal(
@@ -221,9 +224,16 @@ fn transition_refusal(
         Code::Withdrawn => "the proposal was withdrawn".to_owned(),
         Code::PolicyChanged => "the policy for this kind changed after it was proposed; prepare it again under the new policy".to_owned(),
         Code::OutcomeUnknown => "the outcome of this proposal is unknown and waits for a human to resolve it".to_owned(),
+        Code::CoolingDown => format!(
+            "quorum was reached but the policy's cooldown has not ended: the proposal becomes executable at {}, and until then any approver can still revoke or veto it. Nothing was consumed: call approval_status with wait_seconds (it answers when the cooldown ends), then approval_execute again",
+            rec.lifecycle.executable_from.map_or_else(|| "the end of the cooldown".to_owned(), |t| t.to_string())
+        ),
         _ => e.to_string(),
     };
-    let retry = matches!(e.code, Code::PendingQuorum | Code::ExecutionInProgress);
+    let retry = matches!(
+        e.code,
+        Code::PendingQuorum | Code::ExecutionInProgress | Code::CoolingDown
+    );
     ServiceError::new(e.code, message)
         .about(rec, now)
         .retry(retry)
@@ -324,6 +334,7 @@ impl Service {
             old_policies: Default::default(),
             stored_policies: Default::default(),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            long_polls: Default::default(),
         })
     }
 
@@ -642,6 +653,7 @@ impl Service {
             created_at: now,
             expires_at: now.plus(policy.spec().ttl),
             policy_sha256: policy.sha256(),
+            cooldown: policy.spec().cooldown,
         };
         let rec = ProposalRecord {
             schema: SCHEMA_VERSION,
@@ -677,43 +689,44 @@ impl Service {
         id: &str,
         wait_seconds: u64,
     ) -> Result<ProposalRecord, ServiceError> {
+        Ok(self.status_waiting(agent, id, wait_seconds).await?.0)
+    }
+
+    /// [`Service::status`], also saying what became of the wait. A wait answers at
+    /// once when the agent can act or nothing will change, otherwise at the first
+    /// change, the deadline or the cooldown's end ([`long_poll::until`]); an agent
+    /// already holding [`long_poll::MAX_LONG_POLLS_PER_AGENT`] waits is answered at once.
+    pub async fn status_waiting(
+        &self,
+        agent: &AgentName,
+        id: &str,
+        wait_seconds: u64,
+    ) -> Result<(ProposalRecord, long_poll::Waited), ServiceError> {
         let wait = wait_seconds.min(MAX_WAIT_SECONDS);
         if wait == 0 {
             // No wait: no subscription to make and drop (two locks on the hot path).
-            return self.get_for_agent(agent, id);
+            return Ok((self.get_for_agent(agent, id)?, long_poll::Waited::NotAsked));
         }
         // Subscribed before the read, so a change right after it still wakes us.
         let mut rx = self.subscribe();
         let rec = self.get_for_agent(agent, id)?;
-        let life = rec.lifecycle.at(self.now());
-        if life.status.is_final() || life.status == Status::OutcomeUnknown {
-            return Ok(rec);
-        }
-        // Wake for a change to this proposal, or when its deadline passes.
-        let mut secs = wait;
-        let deadline = match life.status {
-            Status::Pending => Some(life.expires_at),
-            Status::Approved => life.executable_until,
-            _ => None,
+        let now = self.now();
+        let most = Duration::from_secs(wait);
+        let limit = match long_poll::until(&rec.lifecycle, now) {
+            long_poll::Until::Now => return Ok((rec, long_poll::Waited::NotNeeded)),
+            long_poll::Until::Change => most,
+            long_poll::Until::ChangeOr(at) => most.min(long_poll::time_to(at, now)),
         };
-        if let Some(d) = deadline {
-            let left = (d.unix() - self.now().unix()).max(0) as u64;
-            secs = secs.min(left + 1);
-        }
-        let sleep = tokio::time::sleep(Duration::from_secs(secs));
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                ev = rx.recv() => match ev {
-                    Ok(ev) if &ev.id == rec.id() => break,
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => break,
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                _ = &mut sleep => break,
-            }
-        }
-        self.get_for_agent(agent, id)
+        let Some(_slot) = self.long_polls.try_hold(agent) else {
+            return Ok((rec, long_poll::Waited::Busy));
+        };
+        long_poll::first_change(&mut rx, rec.id(), limit).await;
+        Ok((self.get_for_agent(agent, id)?, long_poll::Waited::Waited))
+    }
+
+    /// How many `approval_status` waits `agent` holds now.
+    pub fn long_polls_held(&self, agent: &AgentName) -> usize {
+        self.long_polls.held(agent)
     }
 
     /// `approval_list`: one page of the caller's proposals, newest first, after
@@ -1061,14 +1074,7 @@ impl Service {
                     return Ok(None);
                 }
                 let life = cur.lifecycle.at(now);
-                let allowed = match d.decision {
-                    Decision::Approve | Decision::Reject => life.status == Status::Pending,
-                    Decision::Revoke => life.status == Status::Approved,
-                    Decision::ResolveSucceeded | Decision::ResolveFailed => {
-                        life.status == Status::OutcomeUnknown
-                    }
-                };
-                if !allowed {
+                if !life.accepts(d.decision, now) {
                     return Err(ServiceError::new(
                         Code::InvalidTransition,
                         format!("cannot {} a proposal that is {}", d.decision, life.status),
@@ -1091,14 +1097,22 @@ impl Service {
                 let (tally, policy) = self.tally(&next)?;
                 let spec = policy.spec();
                 let changed = match (life.status, &tally.outcome, d.decision) {
-                    (Status::Pending, QuorumOutcome::Reached, _) => {
-                        Some((life.approve(now, spec.execute_within), AuditKind::Approved))
-                    }
+                    // The cooldown is the signed preview's (the policy's, by its hash).
+                    (Status::Pending, QuorumOutcome::Reached, _) => Some((
+                        life.approve_with_cooldown(now, cur.preview.cooldown, spec.execute_within),
+                        AuditKind::Approved,
+                    )),
                     (Status::Pending, QuorumOutcome::Vetoed, _) => {
                         Some((life.reject(now), AuditKind::Rejected))
                     }
                     (Status::Approved, QuorumOutcome::Revoked, _) => {
                         Some((life.revoke(now), AuditKind::Revoked))
+                    }
+                    // A counted reject during the cooldown is a veto: it ends it.
+                    (Status::Approved, _, Decision::Reject)
+                        if tally.rejections.contains(&d.approver) =>
+                    {
+                        Some((life.reject(now), AuditKind::Rejected))
                     }
                     (Status::OutcomeUnknown, _, Decision::ResolveSucceeded) => {
                         Some((life.resolve(true), AuditKind::Resolved))

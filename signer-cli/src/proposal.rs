@@ -79,6 +79,9 @@ pub struct Checked {
     pub decisions: Vec<DecisionView>,
     /// Until when an approved proposal may run.
     pub executable_until: Option<String>,
+    /// From when an approved proposal may run (quorum plus the policy's cooldown),
+    /// as the server reports it; absent without a cooldown.
+    pub executable_from: Option<String>,
 }
 
 fn field<'a>(v: &'a Value, name: &str) -> Result<&'a Value> {
@@ -180,6 +183,10 @@ pub fn check(view: &Value, expected: Option<&ProposalId>, server_id: &ServerId) 
         .get("executable_until")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    let executable_from = view
+        .get("executable_from")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     Ok(Checked {
         view: view.clone(),
         preview,
@@ -189,6 +196,7 @@ pub fn check(view: &Value, expected: Option<&ProposalId>, server_id: &ServerId) 
         quorum,
         decisions,
         executable_until,
+        executable_from,
     })
 }
 
@@ -201,6 +209,13 @@ impl Checked {
     /// Whether `me` is named by the policy.
     pub fn may_decide(&self, me: &ApproverName) -> bool {
         self.policy.is_approver(me)
+    }
+
+    /// When the proposal is APPROVED and still in its cooldown (by this machine's
+    /// clock), the moment it becomes executable.
+    pub fn cooling_until(&self) -> Option<approval_core::Timestamp> {
+        let from = approval_core::Timestamp::parse(self.executable_from.as_deref()?).ok()?;
+        (self.status == Status::Approved && from.unix() > crate::client::now_unix()).then_some(from)
     }
 
     /// Whether `me` already has a decision of this word on record.
@@ -217,6 +232,12 @@ impl Checked {
         let mut s = format!("{} of {}", q.have, q.need);
         match self.status {
             Status::Approved => {
+                if let Some(from) = self.cooling_until() {
+                    s.push_str(&format!(
+                        ", cooling down until {} (until then any approver can revoke or reject it)",
+                        escape(&from.to_string())
+                    ));
+                }
                 if let Some(t) = &self.executable_until {
                     s.push_str(&format!(", executable until {}", escape(t)));
                 }
@@ -352,6 +373,16 @@ impl Checked {
             "expires",
             format!("{} ({})", p.expires_at, relative(p.expires_at.unix() - now)),
         );
+        if let Some(c) = p.cooldown {
+            // Signed with the rest of the preview: the approver agrees to it.
+            line(
+                "cooldown",
+                format!(
+                    "{} after quorum before it can run; until then any approver can revoke or reject it",
+                    c.to_spec()
+                ),
+            );
+        }
         line("server", p.server_id.to_string());
         let mut pol = format!(
             "quorum {} of {}, vetoes {}",

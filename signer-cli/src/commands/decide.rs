@@ -92,7 +92,9 @@ pub fn may_make(checked: &Checked, me: &ApproverName, decision: Decision) -> Res
         )));
     }
     let (needed, needed_text) = allowed(decision);
-    if checked.status != needed {
+    // A veto still lands during a policy's cooldown (the server is the judge of when it ends).
+    let vetoes_cooldown = decision == Decision::Reject && checked.cooling_until().is_some();
+    if checked.status != needed && !vetoes_cooldown {
         return Err(refused(format!(
             "proposal {id} is {}: {decision} is only possible while it is {needed_text}; nothing signed",
             checked.status.as_str()
