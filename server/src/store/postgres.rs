@@ -305,6 +305,18 @@ fn deadline_of(rec: &ProposalRecord) -> Option<i64> {
     rec.lifecycle.deadline().map(|d| d.unix())
 }
 
+/// Outbox rows (`seq`, `item`) as entries; an item that does not decode is named.
+fn outbox_entries(rows: &[tokio_postgres::Row]) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            let seq: i64 = r.get(0);
+            let item: OutboxItem = serde_json::from_str(r.get::<_, &str>(1))
+                .map_err(|e| corrupt(&format!("outbox/{seq}"), e))?;
+            Ok((seq as u64, item))
+        })
+        .collect()
+}
+
 /// Converts a `usize` limit to SQL's `LIMIT` (which takes a signed 64-bit number).
 fn sql_limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -1303,14 +1315,7 @@ impl Store for PgStore {
                 )
                 .await
                 .map_err(pg_err)?;
-            rows.iter()
-                .map(|r| {
-                    let seq: i64 = r.get(0);
-                    let item: OutboxItem = serde_json::from_str(r.get::<_, &str>(1))
-                        .map_err(|e| corrupt(&format!("outbox/{seq}"), e))?;
-                    Ok((seq as u64, item))
-                })
-                .collect()
+            outbox_entries(&rows)
         })
     }
 
@@ -1334,14 +1339,7 @@ impl Store for PgStore {
                 )
                 .await
                 .map_err(pg_err)?;
-            rows.iter()
-                .map(|r| {
-                    let seq: i64 = r.get(0);
-                    let item: OutboxItem = serde_json::from_str(r.get::<_, &str>(1))
-                        .map_err(|e| corrupt(&format!("outbox/{seq}"), e))?;
-                    Ok((seq as u64, item))
-                })
-                .collect()
+            outbox_entries(&rows)
         })
     }
 

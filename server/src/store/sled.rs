@@ -812,16 +812,11 @@ impl Store for SledStore {
     }
 
     fn outbox_page(&self, limit: usize) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
-        let mut out = Vec::new();
-        for item in self.tree.scan_prefix(key::OUTBOX).take(limit) {
-            let (k, v) = item?;
-            let seq = <[u8; 8]>::try_from(&k[key::OUTBOX.len()..])
-                .map(u64::from_be_bytes)
-                .map_err(|_| corrupt(&k, "outbox key is not a number"))?;
-            let it: OutboxItem = serde_json::from_slice(&v).map_err(|e| corrupt(&k, e))?;
-            out.push((seq, it));
-        }
-        Ok(out)
+        self.tree
+            .scan_prefix(key::OUTBOX)
+            .take(limit)
+            .map(|item| outbox_entry(item?))
+            .collect()
     }
 
     fn outbox_due(
@@ -834,11 +829,7 @@ impl Store for SledStore {
         // entries of each kind: the selection itself is `notify::due`'s.
         let mut pick = crate::notify::due::Pick::new(now_ms, per_kind);
         for item in self.tree.scan_prefix(key::OUTBOX) {
-            let (k, v) = item?;
-            let seq = <[u8; 8]>::try_from(&k[key::OUTBOX.len()..])
-                .map(u64::from_be_bytes)
-                .map_err(|_| corrupt(&k, "outbox key is not a number"))?;
-            let it: OutboxItem = serde_json::from_slice(&v).map_err(|e| corrupt(&k, e))?;
+            let (seq, it) = outbox_entry(item?)?;
             pick.offer(seq, it);
         }
         Ok(pick.finish(limit))
@@ -882,6 +873,15 @@ impl SledStore {
     }
 }
 
+/// One outbox entry from its key (`OUTBOX` + the big-endian number) and value; a key
+/// or item that does not decode is named.
+fn outbox_entry((k, v): (sled::IVec, sled::IVec)) -> Result<(u64, OutboxItem), StoreError> {
+    let seq = <[u8; 8]>::try_from(&k[key::OUTBOX.len()..])
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt(&k, "outbox key is not a number"))?;
+    let it: OutboxItem = serde_json::from_slice(&v).map_err(|e| corrupt(&k, e))?;
+    Ok((seq, it))
+}
 #[cfg(test)]
 mod tests {
     use super::*;
