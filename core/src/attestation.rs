@@ -196,7 +196,7 @@ impl Attestation {
     /// trusted `server_key` (`verify_strict`), and that it was claimed while the
     /// approval was executable: `approved_at + cooldown <= claimed_at < approved_at +
     /// execute_within` (no cooldown: zero), with `created_at <= approved_at < expires_at`.
-    /// The window is [`crate::cooldown::execution_window`]'s, the one the server keeps.
+    /// The window is [`crate::time::execution_window`]'s, the one the server keeps.
     #[allow(clippy::too_many_arguments)]
     pub fn verify(
         &self,
@@ -239,7 +239,7 @@ impl Attestation {
             });
         }
         let (opens, closes) =
-            crate::cooldown::execution_window(self.approved_at, cooldown, execute_within);
+            crate::time::execution_window(self.approved_at, cooldown, execute_within);
         if self.claimed_at < self.approved_at || self.claimed_at >= closes {
             return Err(AttestationError::ClaimedOutsideWindow {
                 claimed_at: self.claimed_at,

@@ -12,20 +12,9 @@
 use crate::code::Code;
 use crate::message::Decision;
 use crate::status::{Lifecycle, Status};
-use crate::time::{Seconds, Timestamp};
+use crate::time::Timestamp;
 
-/// The execution window of an approval reached at `approved_at`: executable from
-/// the first timestamp (inclusive) until the second (exclusive). Without a cooldown
-/// it opens at quorum. The cooldown is the first part of `execute_within` (a policy
-/// refuses a cooldown that is not shorter), so the window never grows with it.
-pub fn execution_window(
-    approved_at: Timestamp,
-    cooldown: Option<Seconds>,
-    execute_within: Seconds,
-) -> (Timestamp, Timestamp) {
-    let opens = cooldown.map_or(approved_at, |c| approved_at.plus(c));
-    (opens, approved_at.plus(execute_within))
-}
+pub use crate::time::execution_window;
 
 impl Lifecycle {
     /// When the proposal is APPROVED at `now` but still in its cooldown, the moment
@@ -68,6 +57,7 @@ impl Lifecycle {
 mod tests {
     use super::*;
     use crate::status::Outcome;
+    use crate::time::Seconds;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_unix(1_000_000 + s)

@@ -13,7 +13,7 @@
 //! transition takes `now` and returns the new lifecycle or a [`TransitionError`]
 //! that carries the code an agent branches on. Expiry is a pure function of
 //! (lifecycle, now), so a read can apply it without a background task having run.
-//! So is the end of a policy's cooldown (see [`crate::cooldown`]): an APPROVED
+//! So is the end of a policy's cooldown (its rules are in `cooldown.rs`): an APPROVED
 //! proposal is executable only from `executable_from` on.
 
 use crate::code::Code;
@@ -242,7 +242,7 @@ impl Lifecycle {
     }
 
     /// PENDING → APPROVED when quorum is reached under a policy with a `cooldown`: the
-    /// window [`crate::cooldown::execution_window`] gives, i.e. executable from
+    /// window [`crate::time::execution_window`] gives, i.e. executable from
     /// `now + cooldown` until `now + execute_within`.
     pub fn approve_with_cooldown(
         self,
@@ -251,7 +251,7 @@ impl Lifecycle {
         execute_within: Seconds,
     ) -> Result<Self, TransitionError> {
         let cur = self.require(now, &[Status::Pending], "approve")?;
-        let (from, until) = crate::cooldown::execution_window(now, cooldown, execute_within);
+        let (from, until) = crate::time::execution_window(now, cooldown, execute_within);
         Ok(Self {
             status: Status::Approved,
             approved_at: Some(now),

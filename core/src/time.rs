@@ -277,6 +277,19 @@ impl<'de> Deserialize<'de> for Seconds {
     }
 }
 
+/// The execution window of an approval reached at `approved_at`: executable from
+/// the first timestamp (inclusive) until the second (exclusive). Without a cooldown
+/// it opens at quorum. The cooldown is the first part of `execute_within` (a policy
+/// refuses a cooldown that is not shorter), so the window never grows with it.
+pub fn execution_window(
+    approved_at: Timestamp,
+    cooldown: Option<Seconds>,
+    execute_within: Seconds,
+) -> (Timestamp, Timestamp) {
+    let opens = cooldown.map_or(approved_at, |c| approved_at.plus(c));
+    (opens, approved_at.plus(execute_within))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

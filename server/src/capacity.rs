@@ -201,6 +201,22 @@ pub struct Charge {
     who: Identity,
 }
 
+/// The agent a request's bearer token named when it was admitted, put in the
+/// request's extensions by the listener so that `/mcp` does not hash the token a
+/// second time ([`crate::http`] reads it only where an agents file is in force).
+#[derive(Debug, Clone)]
+pub struct AdmittedAgent(pub AgentName);
+
+impl Charge {
+    /// The agent this request was charged to, if it is one.
+    pub fn agent(&self) -> Option<&AgentName> {
+        match &self.who {
+            Identity::Agent(a) => Some(a),
+            Identity::Anonymous => None,
+        }
+    }
+}
+
 impl Budgets {
     /// Charges one request of `who` on `conn`, or says which budget it is over.
     /// Nothing is charged when it is refused.

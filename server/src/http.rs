@@ -162,6 +162,13 @@ fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
 #[allow(clippy::result_large_err)] // the refusal is the response itself
 fn authenticate(svc: &Service, req: &Request) -> Result<AgentName, Response> {
     let config = svc.config();
+    // Admission already found the token's agent (crate::capacity): one hash a request.
+    if let (Some(_), Some(a)) = (
+        &config.agents,
+        req.extensions().get::<crate::capacity::AdmittedAgent>(),
+    ) {
+        return Ok(a.0.clone());
+    }
     match &config.agents {
         Some(agents) => {
             let token = req

@@ -292,6 +292,13 @@ pub async fn serve(
                 let mut req = req.map(Body::new);
                 req.extensions_mut().insert(ConnectInfo(addr));
                 req.extensions_mut().insert(conn_id);
+                if let Ok(Some(agent)) = admitted
+                    .as_ref()
+                    .map(|c| c.as_ref().and_then(Charge::agent))
+                {
+                    req.extensions_mut()
+                        .insert(crate::capacity::AdmittedAgent(agent.clone()));
+                }
                 let (router, state, admission) = (router.clone(), state.clone(), admission.clone());
                 async move {
                     let (mut res, charge) = match admitted {
