@@ -1,7 +1,8 @@
 #!/bin/bash
 # The final build's run for BENCHMARKS.md: issue #14's figures on sled, then PostgreSQL with 1 and 2
-# instances. With BASE_SERVER=/path/to/an/older/approval-server, every sled figure is measured for
-# that build too, each right before this build's, so the two are compared in one run.
+# instances. With BASE_SERVER=/path/to/an/older/approval-server, every figure (sled and PostgreSQL)
+# is measured for that build too, each right before this build's on a fresh schema, so the two are
+# compared in one run.
 cd "$(dirname "$0")/../.."
 BASE=${BASE_SERVER:-}
 # Every run's note files stay in one folder, deleted after the last run: a run that created
@@ -23,7 +24,14 @@ for n in 1 2; do
     psql -h 127.0.0.1 -U root test -qc 'DROP SCHEMA IF EXISTS bench CASCADE; CREATE SCHEMA bench' 2>/dev/null
     URL='postgres://root@127.0.0.1:5432/test?options=-csearch_path%3Dbench'
     target/release/approval-server migrate --store "$URL" > /dev/null
-    echo "== PostgreSQL, $n instance(s), $sc"
+    if [ -n "$BASE" ]; then
+      "$BASE" migrate --store "$URL" > /dev/null
+      echo "== base build: PostgreSQL, $n instance(s), $sc"
+      $B --server-bin "$BASE" --scenario $sc --clients 32 --duration 10s --instances $n --server-arg=--store --server-arg="$URL"
+      psql -h 127.0.0.1 -U root test -qc 'DROP SCHEMA IF EXISTS bench CASCADE; CREATE SCHEMA bench' 2>/dev/null
+      target/release/approval-server migrate --store "$URL" > /dev/null
+    fi
+    echo "== this build: PostgreSQL, $n instance(s), $sc"
     $B --scenario $sc --clients 32 --duration 10s --instances $n --server-arg=--store --server-arg="$URL"
   done
 done
