@@ -74,7 +74,7 @@ pub struct ApiState {
 
 /// The `/v1` routes and `/healthz`.
 pub fn router(svc: Arc<Service>) -> Router {
-    router_with_deadline(svc, crate::http::BODY_READ_TIMEOUT)
+    router_with_deadline(svc, crate::body_budget::BODY_READ_TIMEOUT)
 }
 
 /// [`router`] with another deadline for a decision body (tests use a short one).

@@ -28,6 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// Time a client has to send a whole request body, on `/mcp` and for a decision: a
+/// deadline for the body, not a pause between its pieces, so a body dribbled a byte
+/// at a time cannot hold its connection or its share of the parse budget for longer.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The most JSON values (scalars, arrays, objects and object keys) one `/mcp`
 /// request may hold.
 pub const MAX_REQUEST_VALUES: usize = 400_000;

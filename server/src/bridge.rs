@@ -21,7 +21,7 @@ struct Negotiated {
 
 /// Runs the bridge until stdin closes and every forwarded request has its answer.
 pub async fn run(url: String, token: Option<String>) -> anyhow::Result<()> {
-    let client = crate::listener::client_builder()
+    let client = crate::outbound::client_builder()
         .build()
         .context("cannot build the HTTP client")?;
     let state = Arc::new(Mutex::new(Negotiated::default()));

@@ -25,7 +25,7 @@
 //!   its connection ([`crate::throttle`]) and the connection is closed once over its
 //!   budget; a forger gets a few verifications per connection it opens, no more.
 //! - **A reserve only a verifying approver can use.** When a listener's general pool
-//!   ([`crate::listener::MAX_CONNECTIONS`]) is full, it keeps accepting into a reserve
+//!   ([`MAX_CONNECTIONS`]) is full, it keeps accepting into a reserve
 //!   of [`APPROVER_RESERVE`] connections. A reserve connection must present a
 //!   signature that verifies within [`RESERVE_FUSE`] of accept; any other request on
 //!   it is answered 503 `LIMIT_EXCEEDED` and the connection closed, and so is one
@@ -38,7 +38,7 @@
 //!   [`MAX_REQUESTS_PER_HTTP1_CONNECTION`] requests, the last answered with
 //!   `Connection: close` (HTTP/2 is bounded by its stream limit).
 
-use crate::service::Service;
+use crate::throttle::ConnectionId;
 use approval_core::ids::AgentName;
 use approval_core::Code;
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -55,6 +55,9 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// Requests served on one HTTP/1 connection before it is closed (`Connection: close`
 /// on the last answer): a bound on what one connection can queue by pipelining.
 pub const MAX_REQUESTS_PER_HTTP1_CONNECTION: u32 = 32;
+/// Connections served at once, per listener (besides the approvers' reserve,
+/// [`APPROVER_RESERVE`]).
+pub const MAX_CONNECTIONS: usize = 1024;
 /// Connections a listener accepts beyond its general pool, for approvers only.
 pub const APPROVER_RESERVE: usize = 64;
 /// Time a reserve connection has from accept to a signature that verifies.
@@ -87,9 +90,24 @@ pub enum Class {
     ApproverClaim,
 }
 
+/// What admission needs from the service: the agents in force and the accounts of
+/// failed signatures. The service implements it (in [`crate::run`], where the two
+/// meet), so this file does not import the service.
+pub trait Gate: Send + Sync {
+    /// `None` when no agents file is in force; otherwise the agent the bearer `token`
+    /// names in it (`Some(None)` when there is no token or it names no agent).
+    fn agent_for(&self, token: Option<&str>) -> Option<Option<AgentName>>;
+    /// Whether `conn` is over its budget of failed signatures.
+    fn over_budget(&self, conn: ConnectionId) -> bool;
+    /// Whether a signature from `conn` has verified.
+    fn verified(&self, conn: ConnectionId) -> bool;
+    /// The connection has ended: its signature account goes.
+    fn forget(&self, conn: ConnectionId);
+}
+
 /// Classifies a request head (see the module comment). An invalid agent token is
 /// anonymous: it gets its 401 within the anonymous budget.
-pub fn classify<B>(svc: &Service, req: &axum::http::Request<B>) -> Class {
+pub fn classify<B>(gate: &dyn Gate, req: &axum::http::Request<B>) -> Class {
     let auth = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -102,15 +120,10 @@ pub fn classify<B>(svc: &Service, req: &axum::http::Request<B>) -> Class {
     {
         return Class::ApproverClaim;
     }
-    let config = svc.config();
-    match &config.agents {
-        Some(agents) => auth
-            .strip_prefix("Bearer ")
-            .map(str::trim)
-            .and_then(|t| agents.authenticate(t))
-            .map_or(Class::Capped(Identity::Anonymous), |a| {
-                Class::Capped(Identity::Agent(a))
-            }),
+    match gate.agent_for(auth.strip_prefix("Bearer ").map(str::trim)) {
+        Some(named) => named.map_or(Class::Capped(Identity::Anonymous), |a| {
+            Class::Capped(Identity::Agent(a))
+        }),
         None if path == "/mcp" => match AgentName::parse("local") {
             Ok(a) => Class::Capped(Identity::Agent(a)),
             Err(_) => Class::Capped(Identity::Anonymous),
@@ -160,7 +173,7 @@ impl Refusal {
             ),
             Refusal::Reserve => format!(
                 "the server is at its limit of {} connections; this one was accepted into the reserve kept for approvers, which serves only requests signed by an approver whose signature verifies: retry in a moment; this connection is closed",
-                crate::listener::MAX_CONNECTIONS
+                MAX_CONNECTIONS
             ),
         }
     }
@@ -284,18 +297,18 @@ impl Drop for Charge {
     }
 }
 
-/// What a listener needs to admit requests: the service (for agent tokens and the
+/// What a listener needs to admit requests: the gate (agent tokens and the
 /// signature accounts) and the budgets, shared by all listeners of one server.
 pub struct Admission {
-    svc: Arc<Service>,
+    gate: Arc<dyn Gate>,
     budgets: Arc<Budgets>,
 }
 
 impl Admission {
-    /// Budgets over `svc`'s agents.
-    pub fn new(svc: Arc<Service>) -> Arc<Self> {
+    /// Budgets over the gate's agents.
+    pub fn new(gate: Arc<dyn Gate>) -> Arc<Self> {
         Arc::new(Admission {
-            svc,
+            gate,
             budgets: Arc::default(),
         })
     }
@@ -311,7 +324,7 @@ impl Admission {
         conn: &Arc<ConnCharges>,
         reserve: bool,
     ) -> Result<Option<Charge>, Refusal> {
-        match classify(&self.svc, req) {
+        match classify(self.gate.as_ref(), req) {
             Class::ApproverClaim => Ok(None),
             Class::Capped(_)
                 if reserve && !(req.method() == Method::GET && req.uri().path() == "/healthz") =>
@@ -324,19 +337,18 @@ impl Admission {
 
     /// Whether the connection must be closed after its current answer: over its
     /// failed-signature budget, or a reserve connection without a verified signature.
-    pub fn must_close(&self, conn: crate::throttle::ConnectionId, reserve: bool) -> bool {
-        let f = self.svc.forgeries();
-        f.over_budget(Some(conn), self.svc.now()) || (reserve && !f.verified(Some(conn)))
+    pub fn must_close(&self, conn: ConnectionId, reserve: bool) -> bool {
+        self.gate.over_budget(conn) || (reserve && !self.gate.verified(conn))
     }
 
     /// Whether a signature from `conn` has verified.
-    pub fn verified(&self, conn: crate::throttle::ConnectionId) -> bool {
-        self.svc.forgeries().verified(Some(conn))
+    pub fn verified(&self, conn: ConnectionId) -> bool {
+        self.gate.verified(conn)
     }
 
     /// The connection has ended: its signature account goes.
-    pub fn ended(&self, conn: crate::throttle::ConnectionId) {
-        self.svc.forgeries().forget(Some(conn));
+    pub fn ended(&self, conn: ConnectionId) {
+        self.gate.forget(conn);
     }
 }
 

@@ -15,6 +15,7 @@
 mod direct;
 
 use crate::approver_api;
+use crate::body_budget::BODY_READ_TIMEOUT;
 use crate::mcp::{self, McpHandler};
 use crate::service::Service;
 use approval_core::ids::AgentName;
@@ -33,11 +34,6 @@ use std::sync::Arc;
 
 /// Largest MCP request body: the largest payload a policy may allow, plus room.
 pub const MAX_MCP_BODY: usize = 5 * 1024 * 1024;
-
-/// Time a client has to send a whole request body, on `/mcp` and for a decision: a
-/// deadline for the body, not a pause between its pieces, so a body dribbled a byte
-/// at a time cannot hold its connection or its share of the parse budget for longer.
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How `/mcp` is exposed.
 #[derive(Debug, Clone)]

@@ -31,8 +31,8 @@
 //! unless a signature on it has verified.
 
 use crate::capacity::{
-    Admission, Charge, ConnCharges, APPROVER_RESERVE, MAX_REQUESTS_PER_HTTP1_CONNECTION,
-    RESERVE_FUSE,
+    Admission, Charge, ConnCharges, APPROVER_RESERVE, MAX_CONNECTIONS,
+    MAX_REQUESTS_PER_HTTP1_CONNECTION, RESERVE_FUSE,
 };
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
@@ -54,19 +54,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-/// The builder every outbound HTTP client of this crate starts from (the stdio bridge,
-/// webhook executors and notifications): an idle pooled connection is dropped after
-/// [`approval_core::time::CLIENT_POOL_IDLE_SECS`], before a server closing it for
-/// idling ([`HEADER_READ_TIMEOUT`] here) could lose a request written on it.
-pub fn client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(
-        approval_core::time::CLIENT_POOL_IDLE_SECS,
-    ))
-}
-
-/// Connections served at once, per listener (besides the approvers' reserve,
-/// [`APPROVER_RESERVE`]).
-pub const MAX_CONNECTIONS: usize = 1024;
 /// Time a client has from accept to its first complete request head, and between
 /// requests once it has sent one (idle keep-alive, HTTP/1 and HTTP/2 alike).
 pub const HEADER_READ_TIMEOUT: Duration =

@@ -31,12 +31,51 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+/// Who the agent on the stdio transport is ([`crate::stdio`]). Without an agents file it is
+/// `local` (the host launched us, as a loopback client is `local` over HTTP); with
+/// one, the token must name an agent in it, checked at every call so that removing
+/// the agent and reloading (SIGHUP) locks the session out.
+#[derive(Clone)]
+pub struct Identity {
+    token: Option<Arc<str>>,
+}
+
+impl Identity {
+    /// The identity a session presents.
+    pub fn new(token: Option<String>) -> Self {
+        Self {
+            token: token.map(Arc::from),
+        }
+    }
+
+    /// The agent this session acts as under `config`, or why it may not act.
+    pub fn agent(&self, config: &crate::config::Config) -> Result<AgentName, McpError> {
+        match (&config.agents, &self.token) {
+            (Some(agents), Some(t)) => agents.authenticate(t.trim()).ok_or_else(|| {
+                McpError::new(
+                    rmcp::model::ErrorCode(-32001),
+                    "unknown agent token: the agents file in force has no agent with this token; make one with `approval-server agent add NAME` and pass it with --token or APPROVAL_AGENT_TOKEN",
+                    None,
+                )
+            }),
+            (Some(_), None) => Err(McpError::new(
+                rmcp::model::ErrorCode(-32001),
+                "the service has an agents file, so this stdio session needs a token: pass --token or set APPROVAL_AGENT_TOKEN (from `approval-server agent add NAME`)",
+                None,
+            )),
+            (None, _) => AgentName::parse("local").map_err(|e| {
+                McpError::internal_error(format!("no local identity: {e}"), None)
+            }),
+        }
+    }
+}
+
 /// The MCP handler; one is made per request (the HTTP transport is stateless).
 #[derive(Clone)]
 pub struct McpHandler {
     svc: Arc<Service>,
     /// Set on the embedded stdio transport, which has no HTTP request to carry an agent.
-    stdio: Option<crate::stdio::Identity>,
+    stdio: Option<Identity>,
 }
 
 impl McpHandler {
@@ -47,7 +86,7 @@ impl McpHandler {
 
     /// A handler for the embedded stdio transport: the agent is `identity`, checked
     /// against the agents file in force at every call.
-    pub fn for_stdio(svc: Arc<Service>, identity: crate::stdio::Identity) -> Self {
+    pub fn for_stdio(svc: Arc<Service>, identity: Identity) -> Self {
         Self {
             svc,
             stdio: Some(identity),

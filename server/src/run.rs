@@ -333,7 +333,7 @@ pub enum Announce {
 }
 
 /// Serves until SIGINT, SIGTERM or `stop` completes; reloads on SIGHUP. While it
-/// listens, `<data>/endpoint.json` says where (see [`crate::stdio::Endpoint`]), so a
+/// listens, `<data>/endpoint.json` says where (see [`crate::endpoint::Endpoint`]), so a
 /// `stdio` session started on the same folder joins this server.
 pub async fn serve_until(
     opts: ServeOptions,
@@ -371,7 +371,9 @@ pub async fn serve_until(
     // Notifications are queued from the first proposal on (before anyone can connect).
     crate::notify::spawn(svc.clone(), opts.notify.clone());
     // Published before the lines are printed: whoever read them can find the file.
-    let endpoint = crate::stdio::Endpoint::publish(&opts.data, mcp_addr, approver_addr, &svc)?;
+    let server_id = svc.store().server_id().to_string();
+    let endpoint =
+        crate::endpoint::Endpoint::publish(&opts.data, mcp_addr, approver_addr, &server_id)?;
     let mut lines = format!(
         "MCP endpoint: http://{}/mcp\nApprover API: http://{}\nServer identity: {} key {}",
         url_host(&mcp_addr),
@@ -550,6 +552,28 @@ fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signa
             }
         }
     });
+}
+
+/// Admission asks the service who a token names and how a connection's signatures
+/// fared; the capacity rules stay below the service ([`crate::capacity::Gate`]).
+impl crate::capacity::Gate for Service {
+    fn agent_for(&self, token: Option<&str>) -> Option<Option<approval_core::ids::AgentName>> {
+        let config = self.config();
+        let agents = config.agents.as_ref()?;
+        Some(token.and_then(|t| agents.authenticate(t)))
+    }
+
+    fn over_budget(&self, conn: crate::throttle::ConnectionId) -> bool {
+        self.forgeries().over_budget(Some(conn), self.now())
+    }
+
+    fn verified(&self, conn: crate::throttle::ConnectionId) -> bool {
+        self.forgeries().verified(Some(conn))
+    }
+
+    fn forget(&self, conn: crate::throttle::ConnectionId) {
+        self.forgeries().forget(Some(conn));
+    }
 }
 
 #[cfg(test)]

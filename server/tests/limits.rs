@@ -667,9 +667,8 @@ async fn fifty_slow_loris_sockets_do_not_stop_other_clients() {
 /// the short fuse existed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_slow_sockets_than_slots_delay_others_by_the_short_fuse_only() {
-    use approval_server::listener::{
-        HEADER_READ_TIMEOUT, MAX_CONNECTIONS, PRESSURED_HEADER_TIMEOUT,
-    };
+    use approval_server::capacity::MAX_CONNECTIONS;
+    use approval_server::listener::{HEADER_READ_TIMEOUT, PRESSURED_HEADER_TIMEOUT};
     let s = start_default().await;
     let n = MAX_CONNECTIONS + 76;
     let mut socks = Vec::with_capacity(n);

@@ -11,8 +11,9 @@
 
 mod common;
 
+use approval_server::capacity::MAX_CONNECTIONS;
 use approval_server::http::{self, McpOptions};
-use approval_server::listener::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, PRESSURED_HEADER_TIMEOUT};
+use approval_server::listener::{HEADER_READ_TIMEOUT, PRESSURED_HEADER_TIMEOUT};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -366,7 +367,7 @@ async fn outbound_clients_drop_an_idle_connection_before_a_server_would() {
         )
         .await
     });
-    let client = approval_server::listener::client_builder().build().unwrap();
+    let client = approval_server::outbound::client_builder().build().unwrap();
     let port = || async {
         let r = client.get(format!("http://{addr}/")).send().await.unwrap();
         r.text().await.unwrap()

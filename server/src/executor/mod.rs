@@ -62,7 +62,7 @@ pub struct ExecContext {
 impl ExecContext {
     /// A context for a data folder.
     pub fn new(data_dir: PathBuf) -> Self {
-        let http = crate::listener::client_builder()
+        let http = crate::outbound::client_builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();

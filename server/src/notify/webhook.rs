@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// The client every webhook delivery uses.
 pub fn client(timeout: Duration) -> reqwest::Client {
-    crate::listener::client_builder()
+    crate::outbound::client_builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
