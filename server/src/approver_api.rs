@@ -8,6 +8,7 @@
 use crate::record::ProposalRecord;
 use crate::service::{Service, ServiceError};
 use crate::throttle::ConnectionId;
+use approval_core::api;
 use approval_core::message::{ReadAuth, ReadAuthError, SignedDecision};
 use approval_core::quorum::QuorumOutcome;
 use approval_core::status::Status;
@@ -55,11 +56,12 @@ fn http_status(code: Code) -> StatusCode {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let e = self.0;
-        let mut body = json!({"code": e.code, "message": e.message});
-        if let Some(s) = e.status {
-            body["status"] = json!(s);
-        }
-        (http_status(e.code), Json(body)).into_response()
+        let body = api::ErrorBody {
+            code: e.code,
+            message: e.message,
+            status: e.status,
+        };
+        (http_status(e.code), answer(&body)).into_response()
     }
 }
 
@@ -219,8 +221,13 @@ pub fn with_held_key(message: String, svc: &Service, who: &ApproverName) -> Stri
     }
 }
 
-/// The JSON view of a proposal (docs/approver-api.md, `ProposalView`).
-pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> {
+/// An answer's JSON, through a `Value` so that keys go out sorted, as they always have.
+fn answer<T: serde::Serialize>(t: &T) -> Json<Value> {
+    Json(serde_json::to_value(t).unwrap_or(Value::Null))
+}
+
+/// The view of a proposal (docs/approver-api.md, `ProposalView`).
+pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<api::ProposalView, ServiceError> {
     let now = svc.now();
     let life = rec.lifecycle.at(now);
     let (tally, policy) = svc.tally(rec)?;
@@ -229,32 +236,42 @@ pub fn view(svc: &Service, rec: &ProposalRecord) -> Result<Value, ServiceError> 
             have,
             need,
             missing_groups,
-        } => (*have, *need, json!(missing_groups)),
+        } => (*have, *need, missing_groups.clone()),
         _ => (
             tally.approvals.len() as u32,
             policy.spec().quorum,
-            json!([]),
+            Vec::new(),
         ),
     };
-    let mut view = json!({
-        "proposal_id": rec.id(),
-        "status": life.status,
-        "preview": rec.preview.to_value(),
-        "preview_sha256": rec.preview_sha256,
-        "policy": policy.canonical_json(),
-        "quorum": {
-            "have": have, "need": need, "missing_groups": missing,
-            "approvers": tally.approvals, "rejections": tally.rejections,
+    Ok(api::ProposalView {
+        proposal_id: rec.id().clone(),
+        status: life.status,
+        preview: rec.preview.to_value(),
+        preview_sha256: rec.preview_sha256,
+        policy: policy.canonical_json().clone(),
+        quorum: api::QuorumView {
+            have,
+            need,
+            missing_groups: missing,
+            approvers: tally.approvals,
+            rejections: tally.rejections,
         },
-        "decisions": rec.decisions,
-        "executable_until": life.executable_until,
-        "result": rec.result,
-    });
-    // Only under a policy with a cooldown, so other views are as before.
-    if let Some(from) = life.executable_from {
-        view["executable_from"] = json!(from);
-    }
-    Ok(view)
+        decisions: rec
+            .decisions
+            .iter()
+            .map(|d| api::DecisionView {
+                signed: d.signed.clone(),
+                at: d.at,
+            })
+            .collect(),
+        executable_until: life.executable_until,
+        // Only under a policy with a cooldown, so other views are as before.
+        executable_from: life.executable_from,
+        result: rec
+            .result
+            .as_ref()
+            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
+    })
 }
 
 /// Holds every answer until nothing it may report is still waiting for its fsync.
@@ -308,32 +325,35 @@ async fn healthz(
     // Disabled kinds: the server still serves, but nothing of these kinds can be
     // proposed. Anyone may read this: the kind and the cause, never the operator's
     // specifics (file paths, command lines, URLs), which are in the log.
-    let disabled: Vec<Value> = st
+    let disabled_kinds = st
         .svc
         .config()
         .policies
         .disabled()
-        .map(|d| {
-            json!({"kind": d.kind(), "missing_approvers": d.missing(),
-                   "cause": crate::disabled_kind::cause(d),
-                   "reason": crate::disabled_kind::public_reason(d)})
+        .map(|d| api::DisabledKindView {
+            kind: d.kind().clone(),
+            missing_approvers: d.missing().to_vec(),
+            cause: crate::disabled_kind::cause(d).to_owned(),
+            reason: crate::disabled_kind::public_reason(d),
         })
         .collect();
-    let mut body = json!({"server_id": server_id, "server_key": server_key,
-                          "disabled_kinds": disabled,
-                          "notifications": crate::notify::counts(&st.svc)});
-    if let Some(p) = proof {
-        body["proof"] = json!(p);
-    }
-    match st.svc.store().failure() {
-        None => {
-            body["status"] = json!("ok");
-            Json(body).into_response()
-        }
-        Some(why) => {
-            body["status"] = json!("failed");
-            body["why"] = json!(why);
-            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    let why = st.svc.store().failure();
+    let body = api::Health {
+        server_id: server_id.clone(),
+        server_key: *server_key,
+        disabled_kinds,
+        notifications: crate::notify::counts(&st.svc),
+        proof,
+        status: match why {
+            None => api::HealthStatus::Ok,
+            Some(_) => api::HealthStatus::Failed,
+        },
+        why,
+    };
+    match body.status {
+        api::HealthStatus::Ok => answer(&body).into_response(),
+        api::HealthStatus::Failed => {
+            (StatusCode::SERVICE_UNAVAILABLE, answer(&body)).into_response()
         }
     }
 }
@@ -381,9 +401,10 @@ async fn list(
         .iter()
         .map(|r| view(&st.svc, r))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(
-        json!({ "proposals": views, "next_cursor": next.map(|c| c.to_string()) }),
-    ))
+    Ok(answer(&api::ProposalPage {
+        proposals: views,
+        next_cursor: next.map(|c| c.to_string()),
+    }))
 }
 
 async fn show(
@@ -392,7 +413,7 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let rec = st.svc.get_for_approver(&who, &id)?;
-    Ok(Json(view(&st.svc, &rec)?))
+    Ok(answer(&view(&st.svc, &rec)?))
 }
 
 /// Reads the decision body whole within the deadline: a deadline for the body, not
@@ -414,11 +435,12 @@ async fn decide(
             deadline.as_secs_f64()
         ),
     };
-    let body = json!({
-        "code": Code::LimitExceeded,
-        "message": format!("{why}: send at most {MAX_DECISION_BODY} bytes, all at once"),
-    });
-    (StatusCode::PAYLOAD_TOO_LARGE, Json(body)).into_response()
+    let body = api::ErrorBody {
+        code: Code::LimitExceeded,
+        message: format!("{why}: send at most {MAX_DECISION_BODY} bytes, all at once"),
+        status: None,
+    };
+    (StatusCode::PAYLOAD_TOO_LARGE, answer(&body)).into_response()
 }
 
 async fn decide_body(
@@ -447,18 +469,18 @@ async fn decide_body(
         // forever, so whoever captured one could replay it to read the proposal (its
         // payload and result) at any time. A repeat only learns that it was recorded.
         let rec = &decided.record;
-        return Ok(Json(json!({
-            "recorded": false,
-            "already_recorded": true,
-            "proposal_id": rec.id(),
-            "status": rec.lifecycle.at(st.svc.now()).status,
-        })));
+        return Ok(answer(&api::AlreadyRecorded {
+            recorded: false,
+            already_recorded: true,
+            proposal_id: rec.id().clone(),
+            status: rec.lifecycle.at(st.svc.now()).status,
+        }));
     }
-    Ok(Json(json!({
-        "recorded": !decided.already_recorded,
-        "already_recorded": decided.already_recorded,
-        "proposal": view(&st.svc, &decided.record)?,
-    })))
+    Ok(answer(&api::Decided {
+        recorded: !decided.already_recorded,
+        already_recorded: decided.already_recorded,
+        proposal: view(&st.svc, &decided.record)?,
+    }))
 }
 
 async fn receipt(
@@ -491,9 +513,15 @@ pub const STREAM_CHECK: Duration = Duration::from_secs(1);
 
 /// Why a signed event stream ended on purpose (the `reauth` event's `reason`).
 fn reauth_event(reason: &str, message: &str, last_id: Option<&str>) -> SseEvent {
-    let mut ev = SseEvent::default().event("reauth").data(
-        json!({"code": Code::Unauthorized, "reason": reason, "message": message}).to_string(),
-    );
+    let data = api::ReauthEvent {
+        code: Code::Unauthorized,
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+    };
+    let text = serde_json::to_value(&data)
+        .unwrap_or(Value::Null)
+        .to_string();
+    let mut ev = SseEvent::default().event("reauth").data(text);
     if let Some(id) = last_id {
         ev = ev.id(id);
     }
@@ -535,7 +563,7 @@ impl Watch {
             SseEvent::default()
                 .event("proposal")
                 .id(id)
-                .data(v.to_string()),
+                .data(answer(&v).0.to_string()),
         )
     }
 

@@ -10,55 +10,11 @@
 use crate::display::{escape, quote, relative, render_json};
 use crate::failure::refused;
 use anyhow::Result;
+use approval_core::api::{DecisionView, QuorumView};
 use approval_core::json::canonical_bytes;
 use approval_core::policy::ExecutorConfig;
 use approval_core::{ApproverName, Policy, Preview, ProposalId, ServerId, Sha256Hex, Status};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// A group requirement not yet met, as the server reports it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GroupView {
-    /// The group's members.
-    pub group: Vec<String>,
-    /// Approvals from it so far.
-    pub have: u32,
-    /// Approvals from it needed.
-    pub need: u32,
-}
-
-/// The server's count of the quorum (shown, never used to decide anything here).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct QuorumView {
-    /// Valid approvals so far.
-    pub have: u32,
-    /// Approvals needed.
-    pub need: u32,
-    /// Group requirements not yet met.
-    #[serde(default)]
-    pub missing_groups: Vec<GroupView>,
-    /// Who approved.
-    #[serde(default)]
-    pub approvers: Vec<String>,
-    /// Who rejected.
-    #[serde(default)]
-    pub rejections: Vec<String>,
-}
-
-/// One decision as the server lists it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DecisionView {
-    /// Who.
-    pub approver: String,
-    /// What (`approve`, `reject`, ...).
-    pub decision: String,
-    /// Their signed reason.
-    #[serde(default)]
-    pub reason: String,
-    /// When the server recorded it.
-    #[serde(default)]
-    pub at: Option<String>,
-}
 
 /// A proposal whose preview hash, id, server and policy were checked locally.
 #[derive(Debug, Clone)]
@@ -222,7 +178,7 @@ impl Checked {
     pub fn has_decided(&self, me: &ApproverName, decision: &str) -> bool {
         self.decisions
             .iter()
-            .any(|d| d.approver == me.as_str() && d.decision == decision)
+            .any(|d| &d.signed.approver == me && d.signed.decision.as_str() == decision)
     }
 
     /// Progress, e.g. `1 of 2, waiting for 1 more (and 1 of [carol])` or
@@ -419,13 +375,12 @@ impl Checked {
         } else {
             o.push_str("decisions:\n");
             for d in &self.decisions {
-                let at = d.at.as_deref().map(escape).unwrap_or_default();
                 o.push_str(&format!(
                     "  {}  {}  {}  {}\n",
-                    escape(&d.approver),
-                    escape(&d.decision),
-                    at,
-                    quote(&d.reason)
+                    escape(d.signed.approver.as_str()),
+                    escape(d.signed.decision.as_str()),
+                    escape(&d.at.to_string()),
+                    quote(&d.signed.reason)
                 ));
             }
         }

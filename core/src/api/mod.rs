@@ -1,0 +1,17 @@
+//! The wire contract, typed: the JSON shapes the server sends and its clients read.
+//!
+//! The server serialises these types and signer-cli (or any client) deserialises
+//! them, so a field is named once, here. `docs/PROTOCOL.md` shows them; its examples
+//! are parsed into these types by `core/tests/protocol_examples.rs`.
+//!
+//! Key order: the server turns an answer into a `serde_json::Value` before writing it
+//! (as it always has), so keys go out sorted whatever the field order here.
+//!
+//! This module may import the rest of the core; nothing in the core imports it.
+
+pub mod approver;
+
+pub use approver::{
+    AlreadyRecorded, Decided, DecisionView, DisabledKindView, ErrorBody, Health, HealthStatus,
+    ProposalPage, ProposalView, QuorumView, ReauthEvent,
+};
