@@ -67,6 +67,8 @@ pub enum Code {
     LimitExceeded,
     /// The server failed to do its part (storage, I/O).
     Internal,
+    /// A call that reports no state of a proposal went through (`approval_list`).
+    Ok,
 }
 
 impl Code {
@@ -99,6 +101,7 @@ impl Code {
             Code::AlreadyRecorded => "ALREADY_RECORDED",
             Code::LimitExceeded => "LIMIT_EXCEEDED",
             Code::Internal => "INTERNAL",
+            Code::Ok => "OK",
         }
     }
 }

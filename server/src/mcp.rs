@@ -14,6 +14,9 @@
 use crate::record::ProposalRecord;
 use crate::service::{Service, ServiceError, MAX_LIST};
 use crate::store::Cursor;
+use approval_core::api::tools::{
+    DecisionOut, GroupOut, ListItem, RequiredOut, ResultOut, ToolOutput,
+};
 use approval_core::ids::AgentName;
 use approval_core::quorum::{GroupShortfall, QuorumOutcome};
 use approval_core::status::Status;
@@ -26,7 +29,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, TxJsonRpcMessage};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -151,130 +154,6 @@ pub struct WithdrawArgs {
     pub proposal_id: String,
 }
 
-/// Who decided and when.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct DecisionOut {
-    /// Approver name.
-    pub approver: String,
-    /// When the server accepted the decision (RFC 3339).
-    pub at: String,
-}
-
-/// What quorum needs.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct RequiredOut {
-    /// Distinct approvals needed.
-    pub quorum: u32,
-    /// Valid approvals so far.
-    pub have: u32,
-    /// Who may approve.
-    pub approvers: Vec<String>,
-    /// Group requirements not yet met.
-    pub missing_groups: Vec<GroupOut>,
-}
-
-/// A group requirement not yet met.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct GroupOut {
-    /// Members.
-    pub group: Vec<String>,
-    /// Approvals from the group so far.
-    pub have: u32,
-    /// Needed.
-    pub need: u32,
-}
-
-/// The stored result of an execution.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ResultOut {
-    /// SUCCEEDED, FAILED or UNKNOWN.
-    pub outcome: String,
-    /// Bounded excerpt of what happened.
-    pub detail: String,
-    /// Digest of what was read back, if any.
-    pub readback_sha256: Option<String>,
-    /// The structured result, where the executor has one: an `mcp` executor's tool
-    /// result (`content`, `structuredContent`, `isError`), bounded in size.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<Value>,
-    /// When it finished.
-    pub finished_at: String,
-}
-
-/// One proposal in a listing.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ListItem {
-    /// Id.
-    pub proposal_id: String,
-    /// Kind.
-    pub kind: String,
-    /// Status now.
-    pub status: String,
-    /// Summary.
-    pub summary: String,
-    /// Hash approvers sign.
-    pub preview_sha256: String,
-    /// Created.
-    pub created_at: String,
-    /// Expires (while pending).
-    pub expires_at: String,
-}
-
-/// Every tool's structured result (and refusal). Fields not relevant to a tool are omitted.
-#[derive(Debug, Default, Serialize, JsonSchema)]
-pub struct ToolOutput {
-    /// Stable machine-readable code: branch on this.
-    pub code: String,
-    /// What happened and what to do next.
-    pub message: String,
-    /// Whether calling again later may succeed. False after any terminal code: do not retry.
-    pub retry_allowed: bool,
-    /// The proposal.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub proposal_id: Option<String>,
-    /// Its status.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// The hash the approvers sign; pass it to approval_execute.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preview_sha256: Option<String>,
-    /// The full canonical preview.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preview: Option<Value>,
-    /// When a pending proposal expires.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-    /// Until when an approved proposal may be executed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub executable_until: Option<String>,
-    /// From when an approved proposal may be executed, under a policy with a
-    /// cooldown: quorum time plus the cooldown. Before it, approval_execute is refused
-    /// COOLING_DOWN and approvers can still revoke or veto.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub executable_from: Option<String>,
-    /// Whether approval_execute would run it now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub executable: Option<bool>,
-    /// Approvals so far.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub approvals: Option<Vec<DecisionOut>>,
-    /// Rejections so far.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rejections: Option<Vec<DecisionOut>>,
-    /// What quorum needs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub required: Option<RequiredOut>,
-    /// The execution result, once run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<ResultOut>,
-    /// Listing: one page, newest first.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub proposals: Option<Vec<ListItem>>,
-    /// Listing: pass this as cursor to get the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
-
 fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
     let v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
     match v {
@@ -299,7 +178,106 @@ pub fn kind_description(spec: &approval_core::policy::PolicySpec) -> String {
     }
 }
 
-/// The tools, with descriptions that tell the model what to do next.
+/// A tool's name: the one spelling of each is in [`TOOLS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolName {
+    /// `approval_prepare`.
+    Prepare,
+    /// `approval_status`.
+    Status,
+    /// `approval_execute`.
+    Execute,
+    /// `approval_list`.
+    List,
+    /// `approval_withdraw`.
+    Withdraw,
+}
+
+/// One row of the tool table.
+pub struct ToolSpec {
+    /// Which tool.
+    pub name: ToolName,
+    /// The name agents call it by.
+    pub wire: &'static str,
+    /// What the model is told, given the configured kinds (`` `kind` (description) ``,
+    /// joined by `; `): what the tool does and what to do next.
+    pub description: fn(&str) -> String,
+    /// The JSON Schema of its arguments.
+    pub input: fn() -> Arc<JsonObject>,
+    /// Its annotations: read-only, destructive, idempotent.
+    pub hints: (bool, bool, bool),
+}
+
+/// The tools, in the order `tools/list` gives them. Both transports' `tools/list`
+/// (through rmcp) and every `tools/call` (rmcp's and the direct paths',
+/// [`McpHandler::call_as`]) read this table; the handler of each is its arm in
+/// `McpHandler::dispatch`, which matches [`ToolName`] exhaustively.
+pub static TOOLS: [ToolSpec; 5] = [
+    ToolSpec {
+        name: ToolName::Prepare,
+        wire: "approval_prepare",
+        description: |kind_list| {
+            format!(
+            "Propose an action that needs human approval. Nothing runs now. Returns a proposal_id and a preview_sha256. \
+             Then tell your human what is waiting (the kind, the summary and the first 8 characters of preview_sha256) and \
+             that approvers must sign it with signer-cli; then poll approval_status with wait_seconds. Configured kinds: {kind_list}."
+        )
+        },
+        input: schema_of::<PrepareArgs>,
+        hints: (false, false, false),
+    },
+    ToolSpec {
+        name: ToolName::Status,
+        wire: "approval_status",
+        description: |_| {
+            "Status of one of your proposals: approvals and rejections so far, what quorum still needs, whether it is executable, \
+             and the result if it ran. Pass wait_seconds (up to 30) to wait for a change instead of polling rapidly. \
+             When executable is true, call approval_execute once.".to_owned()
+        },
+        input: schema_of::<StatusArgs>,
+        hints: (true, false, true),
+    },
+    ToolSpec {
+        name: ToolName::Execute,
+        wire: "approval_execute",
+        description: |_| {
+            "Run an approved proposal, exactly once. Pass the proposal_id and the preview_sha256 from approval_prepare. \
+             The action runs at most once whatever happens: never call this again after any result; a second call is refused \
+             with ALREADY_EXECUTED_NO_REPLAY. If the code is terminal (REJECTED, EXPIRED, REVOKED, POLICY_CHANGED, FAILED, OUTCOME_UNKNOWN), stop and tell your human.".to_owned()
+        },
+        input: schema_of::<ExecuteArgs>,
+        hints: (false, true, false),
+    },
+    ToolSpec {
+        name: ToolName::List,
+        wire: "approval_list",
+        description: |_| {
+            "List your proposals, newest first, optionally only those in one status (PENDING, APPROVED, SUCCEEDED, ...). \
+             Answers one page (limit, at most and by default 100); when next_cursor is present, pass it as cursor for the next page.".to_owned()
+        },
+        input: schema_of::<ListArgs>,
+        hints: (true, false, true),
+    },
+    ToolSpec {
+        name: ToolName::Withdraw,
+        wire: "approval_withdraw",
+        description: |_| {
+            "Withdraw one of your PENDING proposals, for instance when the human no longer wants it. It can then never run.".to_owned()
+        },
+        input: schema_of::<WithdrawArgs>,
+        hints: (false, false, true),
+    },
+];
+
+impl ToolName {
+    /// The tool an agent names, if it is one of ours.
+    pub fn parse(name: &str) -> Option<ToolName> {
+        TOOLS.iter().find(|t| t.wire == name).map(|t| t.name)
+    }
+}
+
+/// The tools as `tools/list` gives them, with descriptions that tell the model what
+/// to do next.
 pub fn tools(kinds: &[(String, String)]) -> Vec<Tool> {
     let kind_list = kinds
         .iter()
@@ -307,72 +285,28 @@ pub fn tools(kinds: &[(String, String)]) -> Vec<Tool> {
         .collect::<Vec<_>>()
         .join("; ");
     let out = schema_of::<ToolOutput>();
-    vec![
-        Tool::new(
-            "approval_prepare",
-            format!(
-                "Propose an action that needs human approval. Nothing runs now. Returns a proposal_id and a preview_sha256. \
-                 Then tell your human what is waiting (the kind, the summary and the first 8 characters of preview_sha256) and \
-                 that approvers must sign it with signer-cli; then poll approval_status with wait_seconds. Configured kinds: {kind_list}."
-            ),
-            schema_of::<PrepareArgs>(),
-        )
-        .with_raw_output_schema(out.clone())
-        .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false)),
-        Tool::new(
-            "approval_status",
-            "Status of one of your proposals: approvals and rejections so far, what quorum still needs, whether it is executable, \
-             and the result if it ran. Pass wait_seconds (up to 30) to wait for a change instead of polling rapidly. \
-             When executable is true, call approval_execute once.",
-            schema_of::<StatusArgs>(),
-        )
-        .with_raw_output_schema(out.clone())
-        .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true)),
-        Tool::new(
-            "approval_execute",
-            "Run an approved proposal, exactly once. Pass the proposal_id and the preview_sha256 from approval_prepare. \
-             The action runs at most once whatever happens: never call this again after any result; a second call is refused \
-             with ALREADY_EXECUTED_NO_REPLAY. If the code is terminal (REJECTED, EXPIRED, REVOKED, POLICY_CHANGED, FAILED, OUTCOME_UNKNOWN), stop and tell your human.",
-            schema_of::<ExecuteArgs>(),
-        )
-        .with_raw_output_schema(out.clone())
-        .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false)),
-        Tool::new(
-            "approval_list",
-            "List your proposals, newest first, optionally only those in one status (PENDING, APPROVED, SUCCEEDED, ...). \
-             Answers one page (limit, at most and by default 100); when next_cursor is present, pass it as cursor for the next page.",
-            schema_of::<ListArgs>(),
-        )
-        .with_raw_output_schema(out.clone())
-        .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true)),
-        Tool::new(
-            "approval_withdraw",
-            "Withdraw one of your PENDING proposals, for instance when the human no longer wants it. It can then never run.",
-            schema_of::<WithdrawArgs>(),
-        )
-        .with_raw_output_schema(out)
-        .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(true)),
-    ]
+    TOOLS
+        .iter()
+        .map(|t| {
+            let (read_only, destructive, idempotent) = t.hints;
+            Tool::new(t.wire, (t.description)(&kind_list), (t.input)())
+                .with_raw_output_schema(out.clone())
+                .with_annotations(
+                    ToolAnnotations::new()
+                        .read_only(read_only)
+                        .destructive(destructive)
+                        .idempotent(idempotent),
+                )
+        })
+        .collect()
 }
-
-/// The names of the tools.
-pub const TOOL_NAMES: [&str; 5] = [
-    "approval_prepare",
-    "approval_status",
-    "approval_execute",
-    "approval_list",
-    "approval_withdraw",
-];
 
 /// A refusal as a tool result.
 pub fn refusal(e: &ServiceError) -> CallToolResult {
     let out = ToolOutput {
-        code: e.code.to_string(),
-        message: e.message.clone(),
-        retry_allowed: e.retry_allowed,
         proposal_id: e.proposal_id.as_ref().map(|p| p.to_string()),
         status: e.status.map(|s| s.to_string()),
-        ..Default::default()
+        ..ToolOutput::new(e.code, e.message.clone(), e.retry_allowed)
     };
     CallToolResult::structured_error(serde_json::to_value(out).unwrap_or(Value::Null))
 }
@@ -451,7 +385,7 @@ impl McpHandler {
             Status::PolicyChanged => "The policy for this kind changed; prepare the action again under the new policy.".into(),
         };
         Ok(ToolOutput {
-            code: code.to_string(),
+            code,
             message: message.unwrap_or(default_message),
             retry_allowed: matches!(
                 life.status,
@@ -518,8 +452,17 @@ impl McpHandler {
                 }
             };
         }
-        Ok(match name {
-            "approval_prepare" => {
+        let Some(tool) = ToolName::parse(name) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown tool {name:?}: the tools are {}",
+                    TOOLS.iter().map(|t| t.wire).collect::<Vec<_>>().join(", ")
+                ),
+                None,
+            ));
+        };
+        Ok(match tool {
+            ToolName::Prepare => {
                 let a = parse!(PrepareArgs);
                 match self.svc.prepare(agent, &a.kind, a.payload, a.summary).await {
                     Ok((rec, _)) => self.describe(&rec, None).map(|mut o| {
@@ -529,7 +472,7 @@ impl McpHandler {
                     Err(e) => Err(e),
                 }
             }
-            "approval_status" => {
+            ToolName::Status => {
                 let a = parse!(StatusArgs);
                 match self
                     .svc
@@ -548,7 +491,7 @@ impl McpHandler {
                     Err(e) => Err(e),
                 }
             }
-            "approval_execute" => {
+            ToolName::Execute => {
                 let a = parse!(ExecuteArgs);
                 match self
                     .svc
@@ -559,7 +502,7 @@ impl McpHandler {
                     Err(e) => Err(e),
                 }
             }
-            "approval_list" => {
+            ToolName::List => {
                 let a = parse!(ListArgs);
                 let status = match a.status.as_deref() {
                     None | Some("") => None,
@@ -595,7 +538,7 @@ impl McpHandler {
                 self.svc
                     .list_for_agent(agent, status, cursor.as_ref(), limit)
                     .map(|page| ToolOutput {
-                        code: "OK".into(),
+                        code: Code::Ok,
                         message: match &page.next {
                             Some(_) => format!(
                                 "{} proposal(s); more remain: call approval_list again with cursor = next_cursor",
@@ -619,24 +562,15 @@ impl McpHandler {
                                 .collect(),
                         ),
                         next_cursor: page.next.map(|c| c.to_string()),
-                        ..Default::default()
+                        ..ToolOutput::new(Code::Ok, String::new(), true)
                     })
             }
-            "approval_withdraw" => {
+            ToolName::Withdraw => {
                 let a = parse!(WithdrawArgs);
                 match self.svc.withdraw(agent, &a.proposal_id).await {
                     Ok(rec) => self.describe(&rec, None),
                     Err(e) => Err(e),
                 }
-            }
-            other => {
-                return Err(McpError::invalid_params(
-                    format!(
-                        "unknown tool {other:?}: the tools are {}",
-                        TOOL_NAMES.join(", ")
-                    ),
-                    None,
-                ))
             }
         })
     }

@@ -10,8 +10,10 @@
 //! This module may import the rest of the core; nothing in the core imports it.
 
 pub mod approver;
+pub mod tools;
 
 pub use approver::{
     AlreadyRecorded, Decided, DecisionView, DisabledKindView, ErrorBody, Health, HealthStatus,
     ProposalPage, ProposalView, QuorumView, ReauthEvent,
 };
+pub use tools::{DecisionOut, GroupOut, ListItem, RequiredOut, ResultOut, ToolOutput};
