@@ -37,6 +37,10 @@
 //! - **Queued work has a bound**: an HTTP/1 connection serves at most
 //!   [`MAX_REQUESTS_PER_HTTP1_CONNECTION`] requests, the last answered with
 //!   `Connection: close` (HTTP/2 is bounded by its stream limit).
+//!
+//! This file sits below the listener (which imports it) and the service: what it needs
+//! of the service, the agents in force and the failed-signature accounts, it asks
+//! through the [`Gate`] trait, which `run.rs` implements for the service.
 
 use crate::throttle::ConnectionId;
 use approval_core::ids::AgentName;

@@ -644,7 +644,7 @@ impl ServerHandler for McpHandler {
 
 impl McpHandler {
     /// One tool call by `agent`: what rmcp's `call_tool` runs, and what the embedded
-    /// stdio transport runs without rmcp's session loop (see `stdio::serve_lines`).
+    /// stdio transport runs without rmcp's session loop (see `stdio::session::serve_lines`).
     pub async fn call_as(
         &self,
         agent: &AgentName,

@@ -6,7 +6,7 @@
 //! of a revision before 2026-07-28, with no `_meta` and no input-required round
 //! trip, all of that ends in [`McpHandler::call_as`] and a result with `resultType`
 //! stripped. This module recognises exactly such a request and makes that call
-//! itself; the stdio transport does the same (`stdio::direct_call`).
+//! itself; the stdio transport does the same (`stdio::session`'s `direct_call`).
 //!
 //! The rule is that the direct path is taken only for requests rmcp would accept
 //! and route to `call_tool` unchanged: every check here is the same as rmcp's or
