@@ -492,7 +492,7 @@ fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signa
         loop {
             tick.tick().await;
             // One instance at a time sweeps; another takes over when it dies.
-            if !sweeper.leads(crate::service::Task::Sweep).await {
+            if !sweeper.leads(crate::service::upkeep::Task::Sweep).await {
                 continue;
             }
             match sweeper.sweep().await {

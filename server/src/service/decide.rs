@@ -7,7 +7,7 @@
 //! May import the store, the record, the audit events, `throttle` and core.
 
 use super::error::transition_refusal;
-use super::{Service, ServiceError};
+use super::{Decided, Service, ServiceError};
 use crate::audit::{AuditEvent, AuditKind};
 use crate::record::{ProposalRecord, StoredDecision};
 use crate::throttle::ConnectionId;
@@ -18,15 +18,6 @@ use approval_core::status::{Lifecycle, Status, TransitionError};
 use approval_core::{Action, Code, ProposalId, PublicKey, Timestamp};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// The result of posting a decision.
-#[derive(Debug, Clone)]
-pub struct Decided {
-    /// The record after the decision.
-    pub record: ProposalRecord,
-    /// True when this exact signed decision was already recorded.
-    pub already_recorded: bool,
-}
 
 /// A refusal of who signed or of what they signed.
 fn forbidden(m: String) -> ServiceError {

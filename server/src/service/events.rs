@@ -1,11 +1,9 @@
 //! The event bus: every change to a proposal is numbered, kept for a while for
 //! streams that resume (`Last-Event-ID`), and broadcast to long-polls and watchers.
 //!
-//! Used by the service after each stored change, and by other instances' changes
-//! ([`Service::announce_remote`]). May import the store and core.
+//! Used by the service after each stored change, and for other instances' changes
+//! (`Service::announce_remote`). May import core; not the service itself.
 
-use super::Service;
-use approval_core::status::Status;
 use approval_core::ProposalId;
 use tokio::sync::broadcast;
 
@@ -51,7 +49,7 @@ impl EventBus {
         }
     }
 
-    fn subscribe(&self) -> broadcast::Receiver<Event> {
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.sender.subscribe()
     }
 
@@ -68,11 +66,11 @@ impl EventBus {
         let _ = self.sender.send(ev);
     }
 
-    fn event_id(&self, seq: u64) -> String {
+    pub(super) fn event_id(&self, seq: u64) -> String {
         format!("{}-{seq}", self.epoch)
     }
 
-    fn events_after(&self, last_event_id: &str) -> Option<Vec<Event>> {
+    pub(super) fn events_after(&self, last_event_id: &str) -> Option<Vec<Event>> {
         let (epoch, seq) = last_event_id.split_once('-')?;
         let seq: u64 = seq.parse().ok()?;
         let r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
@@ -84,49 +82,5 @@ impl EventBus {
             return None;
         }
         Some(r.events.iter().filter(|e| e.seq > seq).cloned().collect())
-    }
-}
-
-impl Service {
-    /// Subscribes to proposal changes.
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.events.subscribe()
-    }
-
-    /// Announces a change made here.
-    pub(super) fn announce(&self, id: ProposalId) {
-        self.events.announce(id);
-    }
-
-    /// The SSE id of announcement `seq`: `<epoch>-<seq>`.
-    pub fn event_id(&self, seq: u64) -> String {
-        self.events.event_id(seq)
-    }
-
-    /// The announcements after the one a client last saw (its `Last-Event-ID`), or
-    /// `None` when they are not all known any more (another process's id, or older
-    /// than [`RECENT_EVENTS`] announcements): the client must then re-read its lists.
-    pub fn events_after(&self, last_event_id: &str) -> Option<Vec<Event>> {
-        self.events.events_after(last_event_id)
-    }
-
-    /// A change another instance made (`None`: changes may have been missed): wakes
-    /// this process's long-polls and event streams as a local change does.
-    pub fn announce_remote(&self, id: Option<ProposalId>) {
-        match id {
-            Some(id) => self.announce(id),
-            None => {
-                // Lagged receivers re-read: make every waiter see a change.
-                let ids: Vec<ProposalId> = [Status::Pending, Status::Approved, Status::Executing]
-                    .into_iter()
-                    .filter_map(|st| self.store.list_status(st, 10_000).ok())
-                    .flatten()
-                    .map(|r| r.id().clone())
-                    .collect();
-                for id in ids {
-                    self.announce(id);
-                }
-            }
-        }
     }
 }

@@ -11,11 +11,13 @@
 //! lock is held across I/O and the executor runs outside all of it, in its own task,
 //! so a client that hangs up cannot leave a claim unfinished.
 //!
-//! One file per use case: `propose` (prepare, withdraw), `read` (status,
-//! lists, receipts), `decide`, `execute`, `upkeep` (sweeps, leases, recovery, voiding,
-//! reload, and which instance leads a [`Task`]), `tools` (resolving downstream tool
-//! schemas, the configuration's only I/O), with `error`, `events` (the event bus) and
-//! `policies` (the policy cache) beside them.
+//! One file per use case: `propose` (prepare, withdraw), `read` (status, lists,
+//! receipts), `decide`, `execute`, `upkeep` (sweeps, leases, recovery, voiding,
+//! reload, and which instance leads an `upkeep::Task`), `tools` (resolving downstream
+//! tool schemas, the configuration's only I/O). Below them, importing nothing of the
+//! service but its error: `error`, `events` (the event bus) and `policies` (the
+//! policy cache). This file holds the service itself, its compare-and-swap loop and
+//! what every use case shares.
 //!
 //! What it may import: the store, the record, the audit events, the configuration,
 //! the executors, the leaf utilities (clock, identity, long_poll, throttle,
@@ -30,13 +32,11 @@ mod policies;
 mod propose;
 mod read;
 pub mod tools;
-mod upkeep;
+pub mod upkeep;
 
-pub use decide::Decided;
 pub use error::ServiceError;
 pub use events::{Event, RECENT_EVENTS};
 pub use tools::load_config;
-pub use upkeep::Task;
 
 use crate::audit::{AuditEvent, AuditKind};
 use crate::clock::Clock;
@@ -46,11 +46,14 @@ use crate::identity::ServerIdentity;
 use crate::record::ProposalRecord;
 use crate::store::{Cas, GroupCommit, PendingLimits, Store};
 use approval_core::ids::AgentName;
-use approval_core::{Code, ProposalId, Timestamp};
+use approval_core::policy::Policy;
+use approval_core::quorum::{evaluate_with, Tally};
+use approval_core::{Code, Kind, ProposalId, Sha256Hex, Timestamp};
 use events::EventBus;
-use policies::{OldPolicies, StoredPolicies};
+use policies::PolicyCache;
 use serde_json::Value;
 use std::sync::{Arc, RwLock};
+use tokio::sync::broadcast;
 
 /// The longest `wait_seconds` honoured.
 pub const MAX_WAIT_SECONDS: u64 = 30;
@@ -77,11 +80,8 @@ pub struct Service {
     forgeries: crate::throttle::Forgeries,
     /// Counts successful configuration loads; signed event streams end on each.
     reloads: tokio::sync::watch::Sender<u64>,
-    /// Policies no longer in force that records still refer to, parsed once.
-    old_policies: OldPolicies,
-    /// Policies this process has stored (`Store::put_policy`), so a prepare stores its
-    /// policy once rather than asking the store on every prepare (#14, round 10).
-    stored_policies: StoredPolicies,
+    /// The policies records refer to, and which ones this process has stored.
+    policies: PolicyCache,
     /// The runtime the service was built on. An effect runs there whatever runtime
     /// the execute came from: the embedded stdio session has a runtime of its own
     /// (see `store::flush_inline_on_this_thread`), and an effect must neither wait
@@ -89,6 +89,15 @@ pub struct Service {
     runtime: Option<tokio::runtime::Handle>,
     /// `approval_status` waits held per agent (issue #31: capped, see `long_poll`).
     long_polls: crate::long_poll::LongPolls,
+}
+
+/// The result of posting a decision.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    /// The record after the decision.
+    pub record: ProposalRecord,
+    /// True when this exact signed decision was already recorded.
+    pub already_recorded: bool,
 }
 
 impl Service {
@@ -136,8 +145,7 @@ impl Service {
             verified: Default::default(),
             forgeries: Default::default(),
             reloads: tokio::sync::watch::channel(0).0,
-            old_policies: Default::default(),
-            stored_policies: Default::default(),
+            policies: Default::default(),
             runtime: tokio::runtime::Handle::try_current().ok(),
             long_polls: Default::default(),
         })
@@ -175,6 +183,58 @@ impl Service {
     /// transport calls it after reading and before answering.
     pub async fn settle(&self) -> Result<(), ServiceError> {
         Ok(self.commit.settle().await?)
+    }
+
+    /// Subscribes to proposal changes.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Announces a change (numbered, kept for resuming streams, broadcast).
+    fn announce(&self, id: ProposalId) {
+        self.events.announce(id);
+    }
+
+    /// The SSE id of announcement `seq`: `<epoch>-<seq>`.
+    pub fn event_id(&self, seq: u64) -> String {
+        self.events.event_id(seq)
+    }
+
+    /// The announcements after the one a client last saw (its `Last-Event-ID`), or
+    /// `None` when they are not all known any more (another process's id, or older
+    /// than [`RECENT_EVENTS`] announcements): the client must then re-read its lists.
+    pub fn events_after(&self, last_event_id: &str) -> Option<Vec<Event>> {
+        self.events.events_after(last_event_id)
+    }
+
+    /// The policy a record was made under (see [`PolicyCache`]).
+    pub fn policy_of(&self, rec: &ProposalRecord) -> Result<Arc<Policy>, ServiceError> {
+        self.policy_by(&rec.preview.kind, rec.preview.policy_sha256, rec.id())
+    }
+
+    /// [`Service::policy_of`] by kind and policy hash (for a record's head).
+    fn policy_by(
+        &self,
+        kind: &Kind,
+        hash: Sha256Hex,
+        id: &ProposalId,
+    ) -> Result<Arc<Policy>, ServiceError> {
+        self.policies
+            .by(&self.config(), self.store.as_ref(), kind, hash, id)
+    }
+
+    /// Counts the record's decisions under its policy and the keyring in force.
+    pub fn tally(&self, rec: &ProposalRecord) -> Result<(Tally, Arc<Policy>), ServiceError> {
+        let policy = self.policy_of(rec)?;
+        let keyring = &self.config().keyring;
+        let tally = evaluate_with(
+            &policy,
+            keyring,
+            &rec.preview_sha256,
+            &rec.signed_decisions(),
+            |k, d, h| self.verified.verify(k, d, h),
+        );
+        Ok((tally, policy))
     }
 
     fn get(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {

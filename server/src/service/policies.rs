@@ -1,19 +1,26 @@
 //! The policy cache: which policy a record was made under (the one in force, or the
-//! store's copy parsed once), which ones this process has stored, and the quorum
-//! count under the keyring in force.
+//! store's copy parsed once) and which ones this process has stored. The service
+//! holds one [`PolicyCache`] and asks it through `Service::policy_of`.
 //!
-//! May import the store, the record and core.
+//! May import the configuration, the store, the service's error and core; not the
+//! service itself.
 
-use super::{Service, ServiceError};
-use crate::record::ProposalRecord;
+use super::error::ServiceError;
+use crate::config::Config;
 use crate::store::{Store, StoreError};
 use approval_core::policy::Policy;
-use approval_core::quorum::{evaluate_with, Tally};
 use approval_core::{Code, Kind, ProposalId, Sha256Hex};
 use std::sync::Arc;
 
-/// Policies no longer in force that records still refer to, parsed once.
-pub(super) type OldPolicies = std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>;
+/// The policies records refer to, by hash.
+#[derive(Default)]
+pub(super) struct PolicyCache {
+    /// Policies no longer in force that records still refer to, parsed once.
+    old: std::sync::Mutex<std::collections::HashMap<Sha256Hex, Arc<Policy>>>,
+    /// Policies this process has stored (`Store::put_policy`), so a prepare stores its
+    /// policy once rather than asking the store on every prepare (#14, round 10).
+    stored: StoredPolicies,
+}
 
 /// The hashes of the policies this process has stored. A record names its policy by
 /// hash, and the policy must be in the store before the record is; policies are
@@ -30,7 +37,7 @@ pub(super) type OldPolicies = std::sync::Mutex<std::collections::HashMap<Sha256H
 /// policy), and it is emptied if it ever holds [`StoredPolicies::MAX`] hashes, after
 /// which each is simply stored again.
 #[derive(Default)]
-pub(super) struct StoredPolicies(std::sync::Mutex<std::collections::HashSet<Sha256Hex>>);
+struct StoredPolicies(std::sync::Mutex<std::collections::HashSet<Sha256Hex>>);
 
 impl StoredPolicies {
     const MAX: usize = 1024;
@@ -40,7 +47,7 @@ impl StoredPolicies {
     }
 
     /// Stores `policy` unless this process already did.
-    pub(super) fn ensure(&self, store: &dyn Store, policy: &Policy) -> Result<(), StoreError> {
+    fn ensure(&self, store: &dyn Store, policy: &Policy) -> Result<(), StoreError> {
         let hash = policy.sha256();
         if self.known(&hash) {
             return Ok(());
@@ -56,34 +63,36 @@ impl StoredPolicies {
     }
 }
 
-impl Service {
-    /// The policy a record was made under: the one in force when it still matches
-    /// (no re-parsing on the hot path), else the store's copy, parsed once and kept.
-    pub fn policy_of(&self, rec: &ProposalRecord) -> Result<Arc<Policy>, ServiceError> {
-        self.policy_by(&rec.preview.kind, rec.preview.policy_sha256, rec.id())
+impl PolicyCache {
+    /// Stores `policy` unless this process already did.
+    pub(super) fn ensure_stored(
+        &self,
+        store: &dyn Store,
+        policy: &Policy,
+    ) -> Result<(), StoreError> {
+        self.stored.ensure(store, policy)
     }
 
-    /// [`Service::policy_of`] by kind and policy hash (for a record's head).
-    pub(super) fn policy_by(
+    /// The policy of kind `kind` with hash `hash` (named by record `id`): the one in
+    /// force under `config` when it still matches (no re-parsing on the hot path),
+    /// else the store's copy, parsed once and kept.
+    pub(super) fn by(
         &self,
+        config: &Config,
+        store: &dyn Store,
         kind: &Kind,
         hash: Sha256Hex,
         id: &ProposalId,
     ) -> Result<Arc<Policy>, ServiceError> {
-        if let Some(p) = self.config().policies.get(kind) {
+        if let Some(p) = config.policies.get(kind) {
             if p.sha256() == hash {
                 return Ok(p.clone());
             }
         }
-        if let Some(p) = self
-            .old_policies
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&hash).cloned())
-        {
+        if let Some(p) = self.old.lock().ok().and_then(|m| m.get(&hash).cloned()) {
             return Ok(p);
         }
-        let json = self.store.get_policy(&hash)?.ok_or_else(|| {
+        let json = store.get_policy(&hash)?.ok_or_else(|| {
             ServiceError::new(
                 Code::Internal,
                 format!("policy {hash} of proposal {id} is missing from the store"),
@@ -100,23 +109,9 @@ impl Service {
                 format!("stored policy {hash} does not hash to its key"),
             ));
         }
-        if let Ok(mut m) = self.old_policies.lock() {
+        if let Ok(mut m) = self.old.lock() {
             m.insert(hash, policy.clone());
         }
         Ok(policy)
-    }
-
-    /// Counts the record's decisions under its policy and the keyring in force.
-    pub fn tally(&self, rec: &ProposalRecord) -> Result<(Tally, Arc<Policy>), ServiceError> {
-        let policy = self.policy_of(rec)?;
-        let keyring = &self.config().keyring;
-        let tally = evaluate_with(
-            &policy,
-            keyring,
-            &rec.preview_sha256,
-            &rec.signed_decisions(),
-            |k, d, h| self.verified.verify(k, d, h),
-        );
-        Ok((tally, policy))
     }
 }

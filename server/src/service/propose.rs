@@ -116,7 +116,7 @@ impl Service {
             now,
             json!({"agent": agent, "kind": rec.preview.kind, "preview_sha256": rec.preview_sha256}),
         );
-        self.stored_policies.ensure(self.store.as_ref(), &policy)?;
+        self.policies.ensure_stored(self.store.as_ref(), &policy)?;
         let writing = self.commit.begin();
         self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;

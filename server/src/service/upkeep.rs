@@ -139,6 +139,26 @@ impl Service {
         Ok(ended)
     }
 
+    /// A change another instance made (`None`: changes may have been missed): wakes
+    /// this process's long-polls and event streams as a local change does.
+    pub fn announce_remote(&self, id: Option<ProposalId>) {
+        match id {
+            Some(id) => self.announce(id),
+            None => {
+                // Lagged receivers re-read: make every waiter see a change.
+                let ids: Vec<ProposalId> = [Status::Pending, Status::Approved, Status::Executing]
+                    .into_iter()
+                    .filter_map(|st| self.store.list_status(st, 10_000).ok())
+                    .flatten()
+                    .map(|r| r.id().clone())
+                    .collect();
+                for id in ids {
+                    self.announce(id);
+                }
+            }
+        }
+    }
+
     /// At start-up: every EXECUTING record becomes OUTCOME_UNKNOWN, never re-run.
     /// On a store shared by several instances, none is touched here: another
     /// instance may be running it; [`Service::sweep_leases`] ends those whose lease
