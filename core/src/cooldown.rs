@@ -9,6 +9,7 @@
 //! server's execute, its status answers and long polls, and a receipt verifier's
 //! attestation check all ask these functions.
 
+use crate::action::Action;
 use crate::code::Code;
 use crate::message::Decision;
 use crate::status::{Lifecycle, Status};
@@ -31,15 +32,7 @@ impl Lifecycle {
     /// rejections while PENDING, a rejection also during the cooldown (a veto then
     /// ends it), a revoke while APPROVED, a resolve while OUTCOME_UNKNOWN.
     pub fn accepts(&self, decision: Decision, now: Timestamp) -> bool {
-        let status = self.at(now).status;
-        match decision {
-            Decision::Approve => status == Status::Pending,
-            Decision::Reject => status == Status::Pending || self.cooling_down_until(now).is_some(),
-            Decision::Revoke => status == Status::Approved,
-            Decision::ResolveSucceeded | Decision::ResolveFailed => {
-                status == Status::OutcomeUnknown
-            }
-        }
+        self.permits(Action::of(decision), now)
     }
 
     /// The code an agent sees for the proposal at `now`: `COOLING_DOWN` while an

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod action;
 pub mod api;
 pub mod attestation;
 pub mod code;
@@ -39,6 +40,7 @@ pub mod status;
 pub mod time;
 pub mod unicode;
 
+pub use action::{Action, Actor};
 pub use attestation::{Attestation, AttestationError};
 pub use code::Code;
 pub use ids::{ApproverName, Kind, ProposalId, ServerId, Sha256Hex};

@@ -15,7 +15,12 @@
 //! (lifecycle, now), so a read can apply it without a background task having run.
 //! So is the end of a policy's cooldown (its rules are in `cooldown.rs`): an APPROVED
 //! proposal is executable only from `executable_from` on.
+//!
+//! The diagram is [`Action::rule`], a table: every transition below asks it, and so do
+//! the server's decision check and signer-cli's "may I decide now" ([`Action::allowed_in`]).
+//! This file may import the leaves `code`, `time` and `action`.
 
+use crate::action::Action;
 use crate::code::Code;
 use crate::time::{Seconds, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -134,6 +139,85 @@ pub enum Outcome {
     Unknown,
 }
 
+/// What an APPROVED proposal's cooldown means for an action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DuringCooldown {
+    /// Nothing: the action is allowed from APPROVED (if at all) cooling or not.
+    Either,
+    /// Allowed from APPROVED only while it cools down (a veto can still land).
+    Only,
+    /// Allowed from APPROVED only once the cooldown is over (the claim).
+    Never,
+}
+
+/// One row of the state machine: an action, who takes it, the states it may start
+/// from (after expiry is applied), the states it may lead to, and its cooldown condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// The action.
+    pub action: Action,
+    /// Who takes it.
+    pub by: crate::action::Actor,
+    /// The states it is allowed from (none: it creates the proposal).
+    pub from: &'static [Status],
+    /// The states it leads to.
+    pub to: &'static [Status],
+    /// Its condition on an APPROVED proposal's cooldown.
+    pub cooldown: DuringCooldown,
+}
+
+impl Action {
+    /// The row of the state machine for this action: the one place the edges are written.
+    pub fn rule(self) -> Rule {
+        use DuringCooldown::{Either, Never, Only};
+        use Status::*;
+        let (from, to, cooldown): (&'static [Status], &'static [Status], _) = match self {
+            Action::Propose => (&[], &[Pending], Either),
+            Action::Approve => (&[Pending], &[Approved], Either),
+            Action::Reject => (&[Pending, Approved], &[Rejected], Only),
+            Action::Revoke => (&[Approved], &[Revoked], Either),
+            Action::Withdraw => (&[Pending], &[Withdrawn], Either),
+            Action::Void => (&[Pending, Approved], &[PolicyChanged], Either),
+            Action::Expire => (&[Pending, Approved], &[Expired], Either),
+            Action::Execute => (&[Approved], &[Executing], Never),
+            Action::Finish => (&[Executing], &[Succeeded, Failed, OutcomeUnknown], Either),
+            Action::Resolve => (&[OutcomeUnknown], &[Succeeded, Failed], Either),
+        };
+        Rule {
+            action: self,
+            by: self.by(),
+            from,
+            to,
+            cooldown,
+        }
+    }
+
+    /// Whether this action is allowed in `status` (expiry already applied), where
+    /// `cooling` says whether an APPROVED proposal is still in its cooldown.
+    pub fn allowed_in(self, status: Status, cooling: bool) -> bool {
+        let rule = self.rule();
+        rule.from.contains(&status)
+            && match (status, rule.cooldown) {
+                (Status::Approved, DuringCooldown::Only) => cooling,
+                (Status::Approved, DuringCooldown::Never) => !cooling,
+                _ => true,
+            }
+    }
+
+    /// The code a refusal of this action in `status` carries: executing again is
+    /// never a replay, a claim during the cooldown says so, otherwise the status's code.
+    pub fn refusal_code(self, status: Status, cooling: bool) -> Code {
+        match (self, status) {
+            (Action::Execute, Status::Succeeded | Status::Failed | Status::OutcomeUnknown) => {
+                Code::AlreadyExecutedNoReplay
+            }
+            (Action::Execute, Status::Executing) => Code::ExecutionInProgress,
+            (Action::Execute, Status::Approved) if cooling => Code::CoolingDown,
+            (_, s) => s.code(),
+        }
+    }
+}
+
 /// A transition that the current state does not allow.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("cannot {action} a proposal that is {from}")]
@@ -141,7 +225,7 @@ pub struct TransitionError {
     /// The state it was in (after expiry was applied).
     pub from: Status,
     /// What was attempted.
-    pub action: &'static str,
+    pub action: Action,
     /// The code to report.
     pub code: Code,
 }
@@ -211,29 +295,38 @@ impl Lifecycle {
         }
     }
 
-    fn refuse(from: Status, action: &'static str) -> TransitionError {
-        let code = match (from, action) {
-            (Status::Succeeded | Status::Failed | Status::OutcomeUnknown, "execute") => {
-                Code::AlreadyExecutedNoReplay
-            }
-            (Status::Executing, "execute") => Code::ExecutionInProgress,
-            (s, _) => s.code(),
-        };
-        TransitionError { from, action, code }
+    fn refuse(from: Status, action: Action, cooling: bool) -> TransitionError {
+        TransitionError {
+            from,
+            action,
+            code: action.refusal_code(from, cooling),
+        }
     }
 
-    fn require(
-        self,
-        now: Timestamp,
-        allowed: &[Status],
-        action: &'static str,
-    ) -> Result<Self, TransitionError> {
+    /// The lifecycle at `now` if the table allows `action` in it, else the refusal.
+    fn require(self, now: Timestamp, action: Action) -> Result<Self, TransitionError> {
         let cur = self.at(now);
-        if allowed.contains(&cur.status) {
+        let cooling = cur.cooling_down_until(now).is_some();
+        if action.allowed_in(cur.status, cooling) {
             Ok(cur)
         } else {
-            Err(Self::refuse(cur.status, action))
+            Err(Self::refuse(cur.status, action, cooling))
         }
+    }
+
+    /// [`Lifecycle::require`] for the actions that do not take the time (their
+    /// states, EXECUTING and OUTCOME_UNKNOWN, neither expire nor cool down).
+    fn require_stored(self, action: Action) -> Result<Self, TransitionError> {
+        if action.allowed_in(self.status, false) {
+            Ok(self)
+        } else {
+            Err(Self::refuse(self.status, action, false))
+        }
+    }
+
+    /// Whether the table allows `action` at `now` (expiry and cooldown applied).
+    pub fn permits(&self, action: Action, now: Timestamp) -> bool {
+        self.require(now, action).is_ok()
     }
 
     /// PENDING → APPROVED when quorum is reached; executable for `execute_within`.
@@ -250,7 +343,7 @@ impl Lifecycle {
         cooldown: Option<Seconds>,
         execute_within: Seconds,
     ) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Pending], "approve")?;
+        let cur = self.require(now, Action::Approve)?;
         let (from, until) = crate::time::execution_window(now, cooldown, execute_within);
         Ok(Self {
             status: Status::Approved,
@@ -264,10 +357,7 @@ impl Lifecycle {
     /// PENDING → REJECTED when vetoed, or APPROVED → REJECTED by a signed reject
     /// during the cooldown (the cooldown exists so that a veto can still land).
     pub fn reject(self, now: Timestamp) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Pending, Status::Approved], "reject")?;
-        if cur.status == Status::Approved && cur.cooling_down_until(now).is_none() {
-            return Err(Self::refuse(Status::Approved, "reject"));
-        }
+        let cur = self.require(now, Action::Reject)?;
         Ok(Self {
             status: Status::Rejected,
             ..cur
@@ -276,7 +366,7 @@ impl Lifecycle {
 
     /// APPROVED → REVOKED on a signed revoke.
     pub fn revoke(self, now: Timestamp) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Approved], "revoke")?;
+        let cur = self.require(now, Action::Revoke)?;
         Ok(Self {
             status: Status::Revoked,
             ..cur
@@ -285,7 +375,7 @@ impl Lifecycle {
 
     /// PENDING → WITHDRAWN by the agent.
     pub fn withdraw(self, now: Timestamp) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Pending], "withdraw")?;
+        let cur = self.require(now, Action::Withdraw)?;
         Ok(Self {
             status: Status::Withdrawn,
             ..cur
@@ -294,7 +384,7 @@ impl Lifecycle {
 
     /// PENDING/APPROVED → POLICY_CHANGED when the kind's policy is edited.
     pub fn policy_changed(self, now: Timestamp) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Pending, Status::Approved], "void")?;
+        let cur = self.require(now, Action::Void)?;
         Ok(Self {
             status: Status::PolicyChanged,
             ..cur
@@ -303,25 +393,19 @@ impl Lifecycle {
 
     /// PENDING/APPROVED → EXPIRED, when the deadline has passed.
     pub fn expire(self, now: Timestamp) -> Result<Self, TransitionError> {
+        // Allowed from the stored state, and only once the deadline made it EXPIRED.
         let cur = self.at(now);
-        if cur.status == Status::Expired && self.status != Status::Expired {
+        if Action::Expire.rule().from.contains(&self.status) && cur.status == Status::Expired {
             Ok(cur)
         } else {
-            Err(Self::refuse(cur.status, "expire"))
+            Err(Self::refuse(cur.status, Action::Expire, false))
         }
     }
 
     /// APPROVED → EXECUTING: the claim. Only one caller may win it; the store makes
     /// that atomic, this function says whether it is allowed at all.
     pub fn claim(self, now: Timestamp) -> Result<Self, TransitionError> {
-        let cur = self.require(now, &[Status::Approved], "execute")?;
-        if cur.cooling_down_until(now).is_some() {
-            return Err(TransitionError {
-                from: Status::Approved,
-                action: "execute",
-                code: Code::CoolingDown,
-            });
-        }
+        let cur = self.require(now, Action::Execute)?;
         Ok(Self {
             status: Status::Executing,
             ..cur
@@ -330,9 +414,7 @@ impl Lifecycle {
 
     /// EXECUTING → SUCCEEDED | FAILED | OUTCOME_UNKNOWN, as the executor reports.
     pub fn finish(self, outcome: Outcome) -> Result<Self, TransitionError> {
-        if self.status != Status::Executing {
-            return Err(Self::refuse(self.status, "finish"));
-        }
+        let _ = self.require_stored(Action::Finish)?;
         let status = match outcome {
             Outcome::Succeeded => Status::Succeeded,
             Outcome::Failed => Status::Failed,
@@ -348,9 +430,7 @@ impl Lifecycle {
 
     /// OUTCOME_UNKNOWN → SUCCEEDED | FAILED on a signed resolve.
     pub fn resolve(self, succeeded: bool) -> Result<Self, TransitionError> {
-        if self.status != Status::OutcomeUnknown {
-            return Err(Self::refuse(self.status, "resolve"));
-        }
+        let _ = self.require_stored(Action::Resolve)?;
         let status = if succeeded {
             Status::Succeeded
         } else {
@@ -362,7 +442,7 @@ impl Lifecycle {
     /// Whether `approval_execute` would be allowed at `now`: APPROVED, inside its
     /// window and past any cooldown. The one place this is decided.
     pub fn executable(&self, now: Timestamp) -> bool {
-        self.at(now).status == Status::Approved && self.cooling_down_until(now).is_none()
+        self.permits(Action::Execute, now)
     }
 
     /// Whether an agent may usefully try again later (the state can still change
@@ -464,7 +544,7 @@ mod tests {
             approved.claim(t(70)).unwrap_err(),
             TransitionError {
                 from: Status::Expired,
-                action: "execute",
+                action: Action::Execute,
                 code: Code::Expired
             }
         );

@@ -64,18 +64,18 @@ fn apply(l: Lifecycle, a: Action, now: Timestamp) -> Result<Lifecycle, Transitio
     }
 }
 
-fn action_name(a: Action) -> &'static str {
+fn action_name(a: Action) -> approval_core::Action {
     match a {
-        Action::Approve => "approve",
-        Action::Reject => "reject",
-        Action::Revoke => "revoke",
-        Action::Withdraw => "withdraw",
-        Action::PolicyChanged => "void",
-        Action::Expire => "expire",
-        Action::Claim => "execute",
-        Action::Finish(_) => "finish",
-        Action::CrashRecovered => "finish",
-        Action::Resolve(_) => "resolve",
+        Action::Approve => approval_core::Action::Approve,
+        Action::Reject => approval_core::Action::Reject,
+        Action::Revoke => approval_core::Action::Revoke,
+        Action::Withdraw => approval_core::Action::Withdraw,
+        Action::PolicyChanged => approval_core::Action::Void,
+        Action::Expire => approval_core::Action::Expire,
+        Action::Claim => approval_core::Action::Execute,
+        Action::Finish(_) => approval_core::Action::Finish,
+        Action::CrashRecovered => approval_core::Action::Finish,
+        Action::Resolve(_) => approval_core::Action::Resolve,
     }
 }
 
@@ -208,7 +208,7 @@ fn deadlines_are_exclusive_and_measured_from_the_right_moment() {
         e.expire(t(10_000)).unwrap_err(),
         TransitionError {
             from: Status::Expired,
-            action: "expire",
+            action: approval_core::Action::Expire,
             code: Code::Expired
         }
     );
@@ -297,7 +297,7 @@ fn statuses_codes_and_finality() {
     assert!(serde_json::from_value::<Status>(serde_json::json!("pending")).is_err());
     let e = TransitionError {
         from: Status::Succeeded,
-        action: "execute",
+        action: approval_core::Action::Execute,
         code: Code::AlreadyExecutedNoReplay,
     };
     assert_eq!(e.to_string(), "cannot execute a proposal that is SUCCEEDED");

@@ -148,14 +148,6 @@ impl ConfigSource {
         })
     }
 
-    /// [`ConfigSource::load`], then the input schemas of the downstream MCP tools that
-    /// policies with `payload_schema_from_tool = true` take their payload schema from
-    /// (a kind whose tool cannot be read stays disabled, with the reason).
-    pub async fn load_resolved(&self) -> Result<Config, ConfigError> {
-        let config = self.load()?;
-        Ok(crate::executor::mcp::resolve_tool_schemas(config).await)
-    }
-
     /// Only the keyring, for a reload whose other files are refused: see
     /// [`Config::with_keyring`].
     pub fn load_keyring(&self) -> Result<Keyring, ConfigError> {

@@ -14,12 +14,14 @@
 //!   of such a kind is unknown, not different. One instance starting while the
 //!   downstream blinks must not end, as POLICY_CHANGED, the kind's open proposals that
 //!   every other instance (sharing the database) still serves. [`awaits_schema`] tells
-//!   the sweeps to leave them alone and [`execute_refusal`] refuses to run them until
-//!   the schema is back, when the ordinary hash comparison decides.
+//!   the sweeps to leave them alone and the service's execute refuses to run them
+//!   until the schema is back, when the ordinary hash comparison decides.
+//!
+//! A leaf: it imports the configuration and core, and says what the rules are; the
+//! service applies them.
 
 use crate::config::Config;
-use crate::service::ServiceError;
-use approval_core::{Code, DisabledKind, Kind, KindState};
+use approval_core::{DisabledKind, Kind, KindState};
 
 /// Whether the kind is disabled only because its downstream tool's schema could not
 /// be read (every approver is in the keyring): its policy in force is unknown, not
@@ -65,26 +67,4 @@ pub fn cause(d: &DisabledKind) -> &'static str {
     } else {
         "approvers_missing_from_keyring"
     }
-}
-
-/// The refusal of `approval_execute` for a proposal whose kind waits for its schema:
-/// KIND_DISABLED, retry allowed, the proposal left as it is. `None` otherwise.
-pub fn execute_refusal(config: &Config, kind: &Kind) -> Option<ServiceError> {
-    let KindState::Disabled(d) = config.policies.state(kind) else {
-        return None;
-    };
-    if !awaits_schema(d) {
-        return None;
-    }
-    tracing::warn!(kind = %kind, reason = %d.reason(), "execute refused: the kind waits for its downstream schema");
-    Some(ServiceError {
-        retry_allowed: true,
-        ..ServiceError::new(
-            Code::KindDisabled,
-            format!(
-                "{}. The proposal is kept as it is: try again once the operator has the downstream back and reloads",
-                public_reason(d)
-            ),
-        )
-    })
 }

@@ -502,7 +502,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 agents,
                 embedded_policies: None,
             };
-            match source.load_resolved().await {
+            match approval_server::service::load_config(&source).await {
                 Ok(c) => {
                     let kinds: Vec<String> = c
                         .policies

@@ -140,9 +140,7 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
         std::fs::set_permissions(&opts.data, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot restrict {} to its owner", opts.data.display()))?;
     }
-    let config = opts
-        .source
-        .load_resolved()
+    let config = crate::service::load_config(&opts.source)
         .await
         .map_err(|e| anyhow::anyhow!("configuration refused: {}", opts.source.explain(&e)))?;
     // A policy naming an approver the keyring lacks disables its kind rather than
@@ -478,14 +476,6 @@ fn tokio_util_shutdown(
     Shutdown(rx)
 }
 
-/// Whether this instance leads `task` now (always, on the embedded store).
-pub async fn leads(svc: &Service, task: &'static str) -> bool {
-    let store = svc.store().clone();
-    tokio::task::spawn_blocking(move || store.try_lead(task))
-        .await
-        .unwrap_or(false)
-}
-
 fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signal::unix::Signal>) {
     let sweeper = svc.clone();
     // With leases (several instances), a dead instance's claims are found within
@@ -504,7 +494,7 @@ fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signa
         loop {
             tick.tick().await;
             // One instance at a time sweeps; another takes over when it dies.
-            if !leads(&sweeper, "sweep").await {
+            if !sweeper.leads(crate::service::upkeep::Task::Sweep).await {
                 continue;
             }
             match sweeper.sweep().await {

@@ -136,7 +136,7 @@ impl Deliverer {
                     }
                     let mut wait = self.opts.tick;
                     // Several instances on one database: one delivers at a time.
-                    if crate::run::leads(&self.svc, "outbox").await {
+                    if self.svc.leads(crate::service::upkeep::Task::Outbox).await {
                         match self.read().await {
                             // Everything read has started: more may be due.
                             Ok(true) if self.ready.is_empty() => wait = wait.min(SOON),
@@ -205,7 +205,7 @@ impl Deliverer {
         }
         // Right before sending: a leader frozen after its read and replaced meanwhile
         // must not send what the new leader delivers (store/postgres/lease.rs).
-        if !self.svc.store().still_leads("outbox") {
+        if !self.svc.still_leads(crate::service::upkeep::Task::Outbox) {
             return Ok(None);
         }
         let Some(rec) = self.svc.store().get(&item.proposal_id)? else {

@@ -15,19 +15,23 @@ use crate::failure::{kind_of, network, refused, usage, ExitKind};
 use crate::proposal::{check, Checked};
 use anyhow::Result;
 use approval_core::message::check_reason;
-use approval_core::{ApproverName, Decision, ServerId, SignedDecision, Status};
+use approval_core::{Action, ApproverName, Decision, ServerId, SignedDecision, Status};
 use serde_json::{json, Value};
 use std::io::BufRead;
 
-/// The statuses in which a decision can be recorded, and how to say so.
+/// The status a decision needs outside any cooldown, from core's state table (the one
+/// the server applies), and how to say so.
 fn allowed(decision: Decision) -> (Status, &'static str) {
-    match decision {
-        Decision::Approve | Decision::Reject => (Status::Pending, "PENDING"),
-        Decision::Revoke => (Status::Approved, "APPROVED (before it runs)"),
-        Decision::ResolveSucceeded | Decision::ResolveFailed => {
-            (Status::OutcomeUnknown, "OUTCOME_UNKNOWN")
-        }
-    }
+    let action = Action::of(decision);
+    let needed = Status::ALL
+        .into_iter()
+        .find(|s| action.allowed_in(*s, false))
+        .unwrap_or(Status::Pending);
+    let text = match needed {
+        Status::Approved => "APPROVED (before it runs)",
+        other => other.as_str(),
+    };
+    (needed, text)
 }
 
 fn verb(decision: Decision) -> &'static str {
@@ -91,10 +95,11 @@ pub fn may_make(checked: &Checked, me: &ApproverName, decision: Decision) -> Res
                 .join(", ")
         )));
     }
-    let (needed, needed_text) = allowed(decision);
-    // A veto still lands during a policy's cooldown (the server is the judge of when it ends).
-    let vetoes_cooldown = decision == Decision::Reject && checked.cooling_until().is_some();
-    if checked.status != needed && !vetoes_cooldown {
+    let (_, needed_text) = allowed(decision);
+    // Core's table: a veto still lands during a policy's cooldown (the server is the
+    // judge of when it ends).
+    let cooling = checked.cooling_until().is_some();
+    if !Action::of(decision).allowed_in(checked.status, cooling) {
         return Err(refused(format!(
             "proposal {id} is {}: {decision} is only possible while it is {needed_text}; nothing signed",
             checked.status.as_str()
@@ -107,7 +112,7 @@ pub fn may_make(checked: &Checked, me: &ApproverName, decision: Decision) -> Res
 pub fn fitting(status: Status) -> Vec<Decision> {
     Decision::ALL
         .into_iter()
-        .filter(|d| allowed(*d).0 == status)
+        .filter(|d| Action::of(*d).allowed_in(status, false))
         .collect()
 }
 

@@ -1,0 +1,17 @@
+//! Resolving tool schemas: the one step of loading the configuration that talks to
+//! downstream servers. [`crate::config`] reads and checks files only; the service
+//! runs this step (at start-up, on `check`, on every reload), asking each downstream
+//! MCP server a policy takes its payload schema from (`payload_schema_from_tool =
+//! true`) for the tool's `inputSchema`.
+//!
+//! May import the configuration and the MCP executor.
+
+use crate::config::{Config, ConfigError, ConfigSource};
+
+/// [`ConfigSource::load`], then the input schemas of the downstream MCP tools that
+/// policies with `payload_schema_from_tool = true` take their payload schema from
+/// (a kind whose tool cannot be read stays disabled, with the reason).
+pub async fn load_config(source: &ConfigSource) -> Result<Config, ConfigError> {
+    let config = source.load()?;
+    Ok(crate::executor::mcp::resolve_tool_schemas(config).await)
+}
