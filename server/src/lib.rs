@@ -17,7 +17,6 @@ pub mod config;
 pub mod demo;
 pub mod disabled_kind;
 pub mod executor;
-pub mod failstop;
 pub mod http;
 pub mod identity;
 pub mod import_tools;
@@ -33,3 +32,6 @@ pub mod stdio;
 pub mod store;
 pub mod throttle;
 pub mod verify_cache;
+
+/// Fail-stop lives with the store it wraps; this path stays for its importers.
+pub use store::failstop;

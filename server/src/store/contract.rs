@@ -1,6 +1,7 @@
 //! Contract tests every `Store` backend must pass.
 use super::*;
 use crate::audit::{verify_chain, AuditKind};
+use crate::record::SCHEMA_VERSION;
 use approval_core::status::Lifecycle;
 use approval_core::{Preview, Timestamp};
 

@@ -8,18 +8,30 @@
 //! reported before [`Store::flush_blocking`] (or [`GroupCommit::flush`]) made it durable.
 //! [`contract`] holds the tests every backend must pass.
 
-use crate::audit::{self, AuditEntry, AuditEvent};
-use crate::notify::OutboxItem;
-use crate::record::{ProposalRecord, SCHEMA_VERSION};
+use crate::audit::{AuditEntry, AuditEvent};
+use crate::record::ProposalRecord;
 use approval_core::ids::AgentName;
-use approval_core::status::{Lifecycle, Status};
-use approval_core::{Kind, ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use approval_core::status::Status;
+use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
 use thiserror::Error;
+
+#[cfg(test)]
+pub(crate) mod contract;
+pub mod failstop;
+mod group_commit;
+pub mod outbox;
+mod page;
+pub mod postgres;
+mod shared;
+pub mod sled;
+
+pub use self::group_commit::{flush_inline_on_this_thread, GroupCommit, WriteGuard};
+pub use self::outbox::OutboxItem;
+pub use self::page::{
+    Cursor, HeadPage, ListIndex, PreviewHead, RecordHead, RecordPage, MAX_PAGE_SCAN,
+};
+pub use self::postgres::PgStore;
+pub use self::sled::{SledStore, CACHE_BYTES};
 
 /// A storage failure. Nothing half-written is left behind: every write is one atomic batch.
 #[derive(Debug, Error)]
@@ -92,12 +104,6 @@ impl PendingLimits {
     }
 }
 
-impl From<::sled::Error> for StoreError {
-    fn from(e: ::sled::Error) -> Self {
-        StoreError::Backend(e.to_string())
-    }
-}
-
 /// The result of a compare-and-swap update.
 #[derive(Debug)]
 pub enum Cas {
@@ -111,138 +117,6 @@ pub enum Cas {
 
 /// The audit chain in order, with the stored head `(seq, hash)`.
 pub type AuditLog = (Vec<AuditEntry>, Option<(u64, Sha256Hex)>);
-
-/// The most index entries one [`Store::page`] call walks, matching or not: a listing
-/// whose filter skips many records answers a short page with a cursor rather than
-/// walking the whole store in one request.
-pub const MAX_PAGE_SCAN: usize = 5_000;
-
-/// Where a listing resumes: the position (creation time, then id) of the last
-/// record it returned; the next page starts strictly after it, older first.
-///
-/// On the wire (`next_cursor`, `cursor`) it is `<created_at unix seconds>.<proposal id>`,
-/// opaque to clients: pass back what the server gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    /// Creation time of the last record returned.
-    pub created: Timestamp,
-    /// Its id.
-    pub id: ProposalId,
-}
-
-impl Cursor {
-    /// The position of a record.
-    pub fn of(created: Timestamp, id: &ProposalId) -> Self {
-        Self {
-            created,
-            id: id.clone(),
-        }
-    }
-
-    /// Parses the wire form; `None` for anything the server did not hand out.
-    pub fn parse(text: &str) -> Option<Self> {
-        let (secs, id) = text.split_once('.')?;
-        if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) || secs.len() > 12 {
-            return None;
-        }
-        let unix: i64 = secs.parse().ok()?;
-        let created = Timestamp::from_unix(unix);
-        if created.unix() != unix {
-            return None;
-        }
-        let id = ProposalId::parse(id).ok()?;
-        Some(Self { created, id })
-    }
-}
-
-impl std::fmt::Display for Cursor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.created.unix(), self.id)
-    }
-}
-
-/// Which index a listing walks, newest first.
-#[derive(Debug, Clone)]
-pub enum ListIndex {
-    /// One agent's records.
-    Agent(AgentName),
-    /// Records stored with any of these statuses (merged in creation order).
-    Statuses(Vec<Status>),
-}
-
-/// The fields of a stored record a listing filters and shows, decoded without the
-/// payload, the decisions or the result: walking an index costs the index, not the
-/// records' size.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RecordHead {
-    /// Record format version.
-    pub schema: u32,
-    /// The preview without its payload.
-    pub preview: PreviewHead,
-    /// `preview_sha256`.
-    pub preview_sha256: Sha256Hex,
-    /// Status and deadlines.
-    pub lifecycle: Lifecycle,
-}
-
-/// A preview without its payload.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PreviewHead {
-    /// The proposal's id.
-    pub proposal_id: ProposalId,
-    /// Its kind.
-    pub kind: Kind,
-    /// The agent's summary.
-    pub summary: String,
-    /// The agent.
-    pub requested_by: AgentName,
-    /// Created.
-    pub created_at: Timestamp,
-    /// Expires.
-    pub expires_at: Timestamp,
-    /// Its policy's hash.
-    pub policy_sha256: Sha256Hex,
-}
-
-/// What a listing returns for each record it keeps: just the head it judged
-/// ([`Store::page`]), or the whole record ([`Store::page_records`]). A walk decodes
-/// every entry's head, and only a kept entry's whole record, so an entry the filter
-/// skips costs no more in a whole-record listing.
-pub(crate) trait Listed: Sized {
-    /// What a kept entry gives: its head, and the record's stored JSON.
-    fn kept(head: RecordHead, json: &[u8]) -> serde_json::Result<Self>;
-}
-
-impl Listed for RecordHead {
-    fn kept(head: RecordHead, _: &[u8]) -> serde_json::Result<Self> {
-        Ok(head)
-    }
-}
-
-impl Listed for ProposalRecord {
-    /// The same bytes as the head, so the same schema version.
-    fn kept(_: RecordHead, json: &[u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(json)
-    }
-}
-
-/// One page of a listing.
-#[derive(Debug, Clone, Default)]
-pub struct HeadPage {
-    /// The records that matched, newest first.
-    pub heads: Vec<RecordHead>,
-    /// Where the next page starts; `None` when the index is exhausted.
-    pub next: Option<Cursor>,
-}
-
-/// One page of a listing that shows whole records.
-#[derive(Debug, Clone, Default)]
-pub struct RecordPage {
-    /// The records that matched, newest first.
-    pub records: Vec<ProposalRecord>,
-    /// Where the next page starts; `None` when the index is exhausted.
-    pub next: Option<Cursor>,
-}
 
 /// What any storage backend must do. Contract tests in this module run against
 /// every implementation.
@@ -330,7 +204,7 @@ pub trait Store: Send + Sync + 'static {
     /// first, then oldest), interleaved (every kind's first, then every kind's
     /// second, ...), at most `limit` in all. An entry waiting for its retry never
     /// takes a place, and one kind's backlog never hides another kind's entry. See
-    /// [`crate::notify::due::pick`], which the embedded store uses and which the
+    /// [`outbox::due::Pick`], which the embedded store uses and which the
     /// SQL of shared stores computes the same way.
     fn outbox_due(
         &self,
@@ -408,155 +282,3 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 }
-
-/// Most times a flusher yields to let writers under way join its group.
-const GATHER_YIELDS: usize = 8;
-
-thread_local! {
-    /// Set on a thread that serves one stdio session and nothing else
-    /// ([`flush_inline_on_this_thread`]).
-    static FLUSH_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks the calling thread as one whose blocking holds up nobody but its own session,
-/// so that [`GroupCommit::flush`] runs a flush asked for on it right there instead of
-/// handing it to the blocking pool and waiting to be woken (two thread wake-ups on
-/// every sequential durable write).
-///
-/// Only the embedded stdio session's thread is marked (`stdio::Embedded::run`): it
-/// runs a current-thread runtime of its own that drives that session's pipes and
-/// timers and nothing else. The approver API, `/mcp` and every other task stay on the
-/// shared runtime, whose workers never block in a flush (see [`GroupCommit::flush`]).
-/// A flush that hangs there stalls that one session, as the agent's own write does
-/// anyway, until the fail-stop watchdog ends the process.
-pub fn flush_inline_on_this_thread() {
-    FLUSH_HERE.with(|f| f.set(true));
-}
-
-/// Shares fsyncs between concurrent writers (group commit).
-pub struct GroupCommit {
-    store: Arc<dyn Store>,
-    flusher: tokio::sync::Mutex<()>,
-    requested: AtomicU64,
-    completed: tokio::sync::watch::Sender<u64>,
-    fsyncs: AtomicU64,
-    inflight: AtomicU64,
-}
-
-impl GroupCommit {
-    /// Wraps a store.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self {
-            store,
-            flusher: tokio::sync::Mutex::new(()),
-            requested: AtomicU64::new(0),
-            completed: tokio::sync::watch::channel(0).0,
-            fsyncs: AtomicU64::new(0),
-            inflight: AtomicU64::new(0),
-        }
-    }
-
-    /// Returns once every write made before the call is durable.
-    pub async fn flush(&self) -> Result<(), StoreError> {
-        // The caller's writes happened before this ticket was taken, so any
-        // fsync that starts after the ticket covers them.
-        let ticket = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut done = self.completed.subscribe();
-        loop {
-            if *done.borrow_and_update() >= ticket {
-                return Ok(());
-            }
-            if let Ok(guard) = self.flusher.try_lock() {
-                if *self.completed.borrow() >= ticket {
-                    return Ok(());
-                }
-                // Let writers that are already runnable reach their ticket first, so
-                // this fsync covers them too: a larger group costs the same one fsync.
-                for _ in 0..GATHER_YIELDS {
-                    let ticketed = self.requested.load(Ordering::SeqCst) - *self.completed.borrow();
-                    if self.inflight.load(Ordering::SeqCst) <= ticketed {
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                }
-                let target = self.requested.load(Ordering::SeqCst);
-                let store = self.store.clone();
-                let started = std::time::Instant::now();
-                // The flush runs on the blocking pool, never on the worker that asked:
-                // a worker blocked in a flush may be the one that drives tokio's sockets
-                // and timers, and the others sleep until a task is spawned for them, so
-                // nothing on the runtime would be served until the disk answered (issue
-                // #14, round 6: running a lone writer's flush inline saved two thread
-                // wake-ups and hung CI that way). Attack test:
-                // failstop::tests::a_flush_that_hangs_holds_no_worker_and_stops_no_socket_or_timer.
-                //
-                // The one exception is a thread that serves a single stdio session and
-                // nothing else ([`flush_inline_on_this_thread`]).
-                let r = if FLUSH_HERE.with(std::cell::Cell::get) {
-                    store.flush_blocking()
-                } else {
-                    tokio::task::spawn_blocking(move || store.flush_blocking())
-                        .await
-                        .map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?
-                };
-                let covered = target - *self.completed.borrow();
-                tracing::trace!(
-                    micros = started.elapsed().as_micros() as u64,
-                    covered,
-                    "group flush"
-                );
-                self.fsyncs.fetch_add(1, Ordering::Relaxed);
-                drop(guard);
-                if let Err(e) = r {
-                    // Wake the writers waiting on this flush without advancing the mark:
-                    // each tries a flush of its own and gets its own error, rather than
-                    // waiting for a success that will not come.
-                    self.completed.send_modify(|_| {});
-                    return Err(e);
-                }
-                self.completed.send_modify(|c| *c = (*c).max(target));
-            } else if done.changed().await.is_err() {
-                return Err(StoreError::Backend("flusher stopped".into()));
-            }
-        }
-    }
-
-    /// How many fsyncs ran (for benchmarks and tests).
-    pub fn fsync_count(&self) -> u64 {
-        self.fsyncs.load(Ordering::Relaxed)
-    }
-
-    /// Marks a write as under way until the guard drops (after its flush), so that a
-    /// read that may have seen it can wait for it to be durable ([`GroupCommit::settle`]).
-    pub fn begin(&self) -> WriteGuard<'_> {
-        self.inflight.fetch_add(1, Ordering::SeqCst);
-        WriteGuard(self)
-    }
-
-    /// Returns once nothing a read may have seen is still waiting for its fsync: at
-    /// once when no write is under way, else after a (shared) flush. Call it after
-    /// reading and before replying, so no answer reports a state that is not on disk.
-    pub async fn settle(&self) -> Result<(), StoreError> {
-        if self.inflight.load(Ordering::SeqCst) == 0 {
-            return Ok(());
-        }
-        self.flush().await
-    }
-}
-
-/// A write under way; see [`GroupCommit::begin`].
-pub struct WriteGuard<'a>(&'a GroupCommit);
-
-impl Drop for WriteGuard<'_> {
-    fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[cfg(test)]
-pub(crate) mod contract;
-pub mod postgres;
-pub mod sled;
-
-pub use self::postgres::PgStore;
-pub use self::sled::{SledStore, CACHE_BYTES};
