@@ -28,10 +28,10 @@
 //! watchdog stays, because a device that stops answering, or a sled bug not yet
 //! found, hangs a store the same way, and a hang must end in a restart.
 
-use super::{
-    AuditLog, Cas, Cursor, HeadPage, ListIndex, OutboxItem, PendingLimits, RecordHead, RecordPage,
-    Store, StoreError,
-};
+use super::api::{AuditLog, Cas, PendingLimits, Store};
+use super::error::StoreError;
+use super::outbox::OutboxItem;
+use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
 use crate::audit::AuditEvent;
 use crate::record::ProposalRecord;
 use approval_core::ids::AgentName;

@@ -3,7 +3,8 @@
 //!
 //! May import: the store contract ([`Store`]), nothing above.
 
-use super::{Store, StoreError};
+use super::api::Store;
+use super::error::StoreError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

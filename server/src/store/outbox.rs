@@ -4,7 +4,7 @@
 //!
 //! Why it lives in the store: a state change and the notifications it causes are
 //! written in one atomic batch, so every backend needs these; the deliverer
-//! (`notify`) reads and rewrites entries through the [`Store`](super::Store) trait.
+//! (`notify`) reads and rewrites entries through the [`Store`](super::api::Store) trait.
 //! May import: `audit`, `record`, core. Never `notify`, the service or above.
 
 pub mod due;

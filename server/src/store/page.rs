@@ -5,8 +5,8 @@
 //!
 //! May import: `record`, the store's own `shared`, core.
 
-use super::shared::{corrupt, decode_head};
-use super::StoreError;
+use super::error::StoreError;
+use super::shared::{check_schema, corrupt};
 use crate::record::ProposalRecord;
 use approval_core::ids::AgentName;
 use approval_core::status::{Lifecycle, Status};
@@ -170,8 +170,8 @@ pub(crate) trait IndexEntries {
     fn more(&mut self) -> bool;
 }
 
-/// The page walk behind [`Store::page`](super::Store::page) and
-/// [`Store::page_records`](super::Store::page_records), for every backend: each
+/// The page walk behind [`Store::page`](super::api::Store::page) and
+/// [`Store::page_records`](super::api::Store::page_records), for every backend: each
 /// entry's record is read once; its head is what `keep` judges, and a kept entry
 /// gives a `T`. Walks at most [`MAX_PAGE_SCAN`] entries; the cursor is set whenever
 /// entries may remain.
@@ -198,4 +198,11 @@ pub(crate) fn walk<T: Listed, E: IndexEntries>(
         }
     }
     Ok((out, None))
+}
+
+/// A stored record's head (no payload, decisions or result), its schema checked.
+pub(crate) fn decode_head(key: &str, bytes: &[u8]) -> Result<RecordHead, StoreError> {
+    let head: RecordHead = serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))?;
+    check_schema(key, head.schema)?;
+    Ok(head)
 }

@@ -1,15 +1,14 @@
 //! The store's write rules, written once above the backends: how a record is
 //! encoded and its schema checked on the way back, how audit events are sealed into
 //! the chain after its head, and how a write moves the PENDING counters. The pending
-//! limits themselves are [`PendingLimits::admit`](super::PendingLimits::admit), the
+//! limits themselves are [`PendingLimits::admit`](super::api::PendingLimits::admit), the
 //! outbox cap is [`OutboxState`](super::outbox::OutboxState), and the page walk is
-//! [`page::walk`](super::page::walk). A backend supplies only primitive operations
+//! [`page::walk`](super::page::walk), which decodes only heads. A backend supplies only primitive operations
 //! (read, compare-and-swap, scan, one atomic batch or transaction).
 //!
 //! May import: `audit`, `record`, core. Never a backend.
 
-use super::page::RecordHead;
-use super::StoreError;
+use super::error::StoreError;
 use crate::audit::{AuditEntry, AuditEvent};
 use crate::record::{ProposalRecord, SCHEMA_VERSION};
 use approval_core::status::Status;
@@ -45,13 +44,6 @@ pub(crate) fn decode_record(key: &str, bytes: &[u8]) -> Result<ProposalRecord, S
     let rec: ProposalRecord = serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))?;
     check_schema(key, rec.schema)?;
     Ok(rec)
-}
-
-/// A stored record's head (no payload, decisions or result), its schema checked.
-pub(crate) fn decode_head(key: &str, bytes: &[u8]) -> Result<RecordHead, StoreError> {
-    let head: RecordHead = serde_json::from_slice(bytes).map_err(|e| corrupt(key, e))?;
-    check_schema(key, head.schema)?;
-    Ok(head)
 }
 
 /// Seals `events` into audit entries after the chain's head `(seq, hash)`; returns

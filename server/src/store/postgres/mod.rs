@@ -42,13 +42,12 @@
 //!
 //! May import: the store's contract and shared rules, `audit`, `record`, core.
 
+use super::api::{AuditLog, Cas, PendingLimits, Store};
+use super::error::StoreError;
 use super::outbox::{OutboxItem, OutboxState};
 use super::page::walk;
+use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
 use super::shared::{corrupt, encode_text as encode};
-use super::{
-    AuditLog, Cas, Cursor, HeadPage, ListIndex, PendingLimits, RecordHead, RecordPage, Store,
-    StoreError,
-};
 use crate::audit::{AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
 use approval_core::ids::AgentName;
@@ -533,7 +532,7 @@ impl Store for PgStore {
         per_kind: usize,
         limit: usize,
     ) -> Result<Vec<(u64, OutboxItem)>, StoreError> {
-        // The selection of `notify::due::pick`, in SQL: rank each kind's due entries
+        // The selection of `outbox::due::Pick`, in SQL: rank each kind's due entries
         // by next attempt then number, keep the first `per_kind` of each, and
         // interleave the kinds by rank.
         let pool = self.pool.clone();

@@ -53,7 +53,7 @@ impl Param {
 
 pub(super) fn head_row(r: &Row) -> Result<(Cursor, RecordHead), StoreError> {
     let id: &str = r.get(0);
-    let head = shared::decode_head(id, r.get::<_, &str>(1).as_bytes())?;
+    let head = crate::store::page::decode_head(id, r.get::<_, &str>(1).as_bytes())?;
     Ok((
         Cursor::of(head.preview.created_at, &head.preview.proposal_id),
         head,

@@ -19,20 +19,20 @@
 //! Flushes are grouped: a request that needs its write on disk takes a ticket;
 //! one flusher fsyncs for every ticket issued before it started, and the others
 //! wait for it rather than each paying for an fsync of their own
-//! ([`GroupCommit`](super::GroupCommit)). Durability is never skipped, only shared. The writer lock
+//! ([`GroupCommit`](super::group_commit::GroupCommit)). Durability is never skipped, only shared. The writer lock
 //! is never held across an fsync. Inside sled the same holds one level down
 //! (vendor/sled/PATCHES.md §6): a batch's log buffers are written without a sync, and
 //! the flush syncs the log file once for all of them.
 //!
 //! May import: the store's contract, `shared`, `page`, `outbox`, `audit`, `record`, core.
 
+use super::api::{AuditLog, Cas, PendingLimits, Store};
+use super::error::StoreError;
 use super::outbox::{due::Pick, OutboxItem, OutboxState};
+use super::page::decode_head;
 use super::page::{walk, IndexEntries};
-use super::shared::{self, decode_head, encode, moved, pending_delta, seal};
-use super::{
-    AuditLog, Cas, Cursor, HeadPage, ListIndex, PendingLimits, RecordHead, RecordPage, Store,
-    StoreError,
-};
+use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
+use super::shared::{self, encode, moved, pending_delta, seal};
 use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
 use ::sled;
