@@ -18,7 +18,6 @@ pub mod demo;
 pub mod disabled_kind;
 pub mod endpoint;
 pub mod executor;
-pub mod failstop;
 pub mod http;
 pub mod identity;
 pub mod import_tools;
@@ -35,3 +34,6 @@ pub mod stdio;
 pub mod store;
 pub mod throttle;
 pub mod verify_cache;
+
+/// Fail-stop lives with the store it wraps; this path stays for its importers.
+pub use store::failstop;

@@ -20,134 +20,20 @@
 //! - What a message says is built by `approval_core::notify` (pure).
 
 mod deliver;
-pub mod due;
 pub mod email;
 pub mod webhook;
 
-use crate::audit::{AuditEvent, AuditKind};
 use crate::record::ProposalRecord;
 use crate::service::Service;
-use approval_core::message::Decision;
-use approval_core::notify::{Notice, NotifyChannel, NotifyEvent};
-use approval_core::status::Outcome;
-use approval_core::{ProposalId, Timestamp};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use approval_core::notify::{Notice, NotifyChannel};
+use serde::Deserialize;
+
+// The outbox is the store's (written in the same batch as the change): its entry,
+// which changes queue which entries, its cap and its fair pick live in `store::outbox`.
+pub use crate::store::outbox::{due, items_for, OutboxItem, DEFAULT_OUTBOX_CAP};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Default cap on outbox entries.
-pub const DEFAULT_OUTBOX_CAP: u64 = 10_000;
-
-/// One queued notification, as stored under `o:<seq>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutboxItem {
-    /// What happened.
-    pub event: NotifyEvent,
-    /// To which proposal.
-    pub proposal_id: ProposalId,
-    /// Approvers who had approved when it happened.
-    pub approvals: Vec<String>,
-    /// Approvers who had decided (any way) when it happened.
-    #[serde(default)]
-    pub decided: Vec<String>,
-    /// The executor's outcome (`executed`).
-    #[serde(default)]
-    pub outcome: Option<Outcome>,
-    /// When it happened.
-    pub at: Timestamp,
-    /// Failed delivery passes so far.
-    #[serde(default)]
-    pub attempts: u32,
-    /// Not before this (unix milliseconds).
-    #[serde(default)]
-    pub next_try_ms: u64,
-    /// Channels (by index) already delivered.
-    #[serde(default)]
-    pub done: Vec<usize>,
-    /// The proposal's kind: the deliverer shares its work fairly across kinds, so
-    /// one kind's backlog cannot hold back another's (empty in entries queued
-    /// before this field existed: they share one turn).
-    #[serde(default)]
-    pub kind: String,
-    /// The approver who revoked or resolved it (`revoked`, `resolved`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<String>,
-}
-
-/// The notifications one committed change causes, from its audit events.
-pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem> {
-    let reached = events
-        .iter()
-        .any(|e| matches!(e.kind, AuditKind::Approved | AuditKind::Rejected));
-    let mut out = Vec::new();
-    for e in events {
-        // Every end is its own event: a revoked, withdrawn or voided proposal is
-        // never announced as waiting (it can no longer be approved).
-        let event = match e.kind {
-            AuditKind::Proposed => Some(NotifyEvent::Waiting),
-            AuditKind::Revoked => Some(NotifyEvent::Revoked),
-            AuditKind::Withdrawn => Some(NotifyEvent::Withdrawn),
-            AuditKind::PolicyChanged => Some(NotifyEvent::PolicyChanged),
-            AuditKind::Resolved => Some(NotifyEvent::Resolved),
-            // An approval that did not end the wait: who is still needed changed.
-            AuditKind::Decision
-                if !reached
-                    && e.detail.get("decision").and_then(|d| d.as_str()) == Some("approve") =>
-            {
-                Some(NotifyEvent::Waiting)
-            }
-            AuditKind::Approved => Some(NotifyEvent::QuorumReached),
-            AuditKind::Rejected => Some(NotifyEvent::Rejected),
-            AuditKind::Expired => Some(NotifyEvent::Expired),
-            AuditKind::Finished => match rec.result.as_ref().map(|r| r.outcome) {
-                Some(Outcome::Unknown) | None => Some(NotifyEvent::OutcomeUnknown),
-                Some(_) => Some(NotifyEvent::Executed),
-            },
-            AuditKind::Decision | AuditKind::Executing => None,
-        };
-        if let Some(event) = event {
-            out.push(OutboxItem {
-                event,
-                proposal_id: rec.id().clone(),
-                approvals: approvals(rec),
-                decided: rec
-                    .decisions
-                    .iter()
-                    .map(|d| d.signed.approver.to_string())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
-                outcome: rec.result.as_ref().map(|r| r.outcome),
-                at: e.at,
-                attempts: 0,
-                next_try_ms: 0,
-                done: Vec::new(),
-                kind: rec.preview.kind.to_string(),
-                by: e
-                    .detail
-                    .get("by")
-                    .and_then(|b| b.as_str())
-                    .map(str::to_owned),
-            });
-        }
-    }
-    out
-}
-
-fn approvals(rec: &ProposalRecord) -> Vec<String> {
-    let mut a: Vec<String> = Vec::new();
-    for d in &rec.decisions {
-        let name = d.signed.approver.to_string();
-        match d.signed.decision {
-            Decision::Approve if !a.contains(&name) => a.push(name),
-            Decision::Revoke => a.retain(|n| n != &name),
-            _ => {}
-        }
-    }
-    a
-}
 
 /// Where and how notifications go: the server's side (never from a policy).
 #[derive(Debug, Clone)]

@@ -1,8 +1,13 @@
 //! Contract tests every `Store` backend must pass.
 use super::*;
-use crate::audit::{verify_chain, AuditKind};
+use crate::audit::{verify_chain, AuditEvent, AuditKind};
+use crate::record::ProposalRecord;
+use crate::record::SCHEMA_VERSION;
+use approval_core::ids::AgentName;
 use approval_core::status::Lifecycle;
+use approval_core::status::Status;
 use approval_core::{Preview, Timestamp};
+use approval_core::{ProposalId, ServerId, Sha256Hex};
 
 pub fn record(id: &str, agent: &str, created: i64) -> ProposalRecord {
     let preview = Preview {
@@ -336,7 +341,7 @@ pub fn outbox(store: &dyn Store) {
 }
 
 /// Issue #31, item 3: the deliverer reads only what is due, by next attempt, and no
-/// kind's backlog hides another kind's entry (see `notify::due`).
+/// kind's backlog hides another kind's entry (see `outbox::due`).
 pub fn outbox_due_is_fair(store: &dyn Store) {
     store.set_outbox(true, 1_000);
     let flood_kind = approval_core::Kind::parse("flood.kind").unwrap();

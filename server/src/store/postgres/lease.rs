@@ -327,6 +327,8 @@ impl PgStore {
 mod tests {
     use super::super::testdb::Fresh;
     use super::super::*;
+    use crate::store::contract;
+    use approval_core::status::Lifecycle;
     use std::time::Instant;
 
     /// The term recorded in the database for `task`: (holder, epoch).

@@ -1,0 +1,322 @@
+//! The PostgreSQL store's own tests (the shared contract is `store::contract`).
+
+use super::testdb::Fresh;
+use super::*;
+use crate::store::contract;
+use approval_core::status::Lifecycle;
+use std::sync::Arc;
+
+#[test]
+fn postgres_store_passes_the_contract() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = PgStore::open(&db.url).unwrap();
+    contract::run(&store);
+}
+
+/// The sweep reads expired claims, then ends each one: a renewal landing in
+/// between (its instance is alive, only slow) must win, so a claim whose
+/// instance still runs it is never ended under it.
+#[test]
+fn a_lease_renewed_after_the_sweep_read_it_is_not_ended() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = PgStore::open(&db.url)
+        .unwrap()
+        .with_lease(Duration::from_millis(300));
+    let t0 = Timestamp::from_unix(1_800_000_000);
+    let mut rec = contract::record("p-lease", "agent1", 1_800_000_000);
+    store
+        .create(&rec, vec![], PendingLimits::default())
+        .unwrap();
+    let step = |rec: &ProposalRecord, life: Lifecycle| {
+        let mut next = rec.with_lifecycle(life, t0);
+        next.revision = rec.revision + 1;
+        next
+    };
+    let approved = rec
+        .lifecycle
+        .approve(t0, approval_core::time::Seconds::new(3600))
+        .unwrap();
+    let next = step(&rec, approved);
+    assert!(matches!(store.update(&next, vec![]).unwrap(), Cas::Applied));
+    rec = next;
+    let next = step(&rec, rec.lifecycle.claim(t0).unwrap());
+    assert!(matches!(store.update(&next, vec![]).unwrap(), Cas::Applied));
+    rec = next;
+
+    std::thread::sleep(Duration::from_millis(500));
+    // Ending an expired claim is the sweep leader's act.
+    assert!(store.try_lead("sweep"));
+    assert_eq!(store.expired_claims(10).unwrap(), vec![rec.id().clone()]);
+    // The running instance renews now, after the sweep's read.
+    store.renew_lease(rec.id()).unwrap();
+    let ended = step(&rec, rec.lifecycle.crash_recovered().unwrap());
+    assert!(
+        matches!(
+            store.end_expired_claim(&ended, vec![]).unwrap(),
+            Cas::Conflict(_)
+        ),
+        "a renewed claim was ended"
+    );
+    assert_eq!(
+        store.get(rec.id()).unwrap().unwrap().status(),
+        Status::Executing
+    );
+    // Its instance dies: no more renewals, and the next sweep ends it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(store.try_lead("sweep"));
+    assert!(matches!(
+        store.end_expired_claim(&ended, vec![]).unwrap(),
+        Cas::Applied
+    ));
+    assert_eq!(
+        store.get(rec.id()).unwrap().unwrap().status(),
+        Status::OutcomeUnknown
+    );
+}
+
+/// `sslmode` is read strictly: no silent fall-back to plain TCP, no CA file
+/// without TLS, and a CA file that cannot be used is named.
+#[test]
+fn store_urls_choose_tls_strictly() {
+    let plain = |u: &str| matches!(parse_url(u), Ok((_, Tls::Plain)));
+    assert!(plain("postgres://u@h/db"));
+    assert!(plain(
+        "postgres://u@h/db?sslmode=disable&application_name=x"
+    ));
+    for (url, says) in [
+        (
+            "postgres://u@h/db?sslmode=prefer",
+            "falls back to plain TCP",
+        ),
+        ("postgres://u@h/db?sslmode=allow", "falls back to plain TCP"),
+        ("postgres://u@h/db?sslmode=bogus", "unknown sslmode"),
+        (
+            "postgres://u@h/db?sslrootcert=/x.pem",
+            "no sslmode=verify-full",
+        ),
+        (
+            "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            "/nonexistent/ca.pem",
+        ),
+    ] {
+        let err = parse_url(url)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains(says), "{url}: {err}");
+        assert!(!err.contains("pw@"), "the password leaked: {err}");
+    }
+}
+
+/// TLS to the machine's PostgreSQL (Debian's default cluster: `ssl = on` with the
+/// snakeoil certificate, issued for `localhost`): with that certificate as
+/// `sslrootcert` the store connects and the session is encrypted; the same
+/// certificate under another host name, or without the CA file, is refused.
+#[test]
+fn tls_to_postgres_verifies_the_certificate_and_its_name() {
+    let Some(db) = Fresh::new() else { return };
+    const SNAKEOIL: &str = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+    let ssl_on = run_query(&db.url, "SHOW ssl").as_deref() == Ok("on");
+    if !ssl_on || !std::path::Path::new(SNAKEOIL).exists() {
+        println!("TLS to PostgreSQL not tested: this database has ssl off or no {SNAKEOIL}");
+        return;
+    }
+    PgStore::migrate(&db.url).unwrap();
+    let host = "127.0.0.1";
+    assert!(
+        db.url.contains(host),
+        "the test URL names {host}: {}",
+        db.url
+    );
+    let by_name = db.url.replacen(host, "localhost", 1);
+    let tls = format!("{by_name}&sslmode=verify-full&sslrootcert={SNAKEOIL}");
+    let store = PgStore::open(&tls).unwrap();
+    assert!(store.pending_count(None).is_ok());
+    assert_eq!(
+        run_query(
+            &tls,
+            "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+        )
+        .as_deref(),
+        Ok("true"),
+        "the session is not encrypted"
+    );
+    // The right CA under the wrong name; and another CA (any other one the system
+    // has) for the right name.
+    let mut refused = vec![format!(
+        "{}&sslmode=verify-full&sslrootcert={SNAKEOIL}",
+        db.url
+    )];
+    let other_ca = std::fs::read_dir("/etc/ssl/certs")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pem"))
+        .find(|p| !p.ends_with("ssl-cert-snakeoil.pem"));
+    if let Some(ca) = other_ca {
+        refused.push(format!(
+            "{by_name}&sslmode=verify-full&sslrootcert={}",
+            ca.display()
+        ));
+    }
+    for url in refused {
+        let err = run_query(&url, "SELECT 'connected'")
+            .err()
+            .unwrap_or_default();
+        assert!(
+            err.to_lowercase().contains("certificate"),
+            "{url}: expected a certificate error, got {err:?}"
+        );
+    }
+}
+
+/// One query's first column as text, on a connection made as the store makes them.
+fn run_query(url: &str, sql: &str) -> Result<String, String> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (cfg, tls) = parse_url(&url).map_err(|e| e.to_string())?;
+            let c = connect(&cfg, &tls).await.map_err(|e| e.to_string())?;
+            let row = c.query_one(&sql, &[]).await.map_err(|e| e.to_string())?;
+            row.try_get::<_, String>(0).map_err(|e| e.to_string())
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn postgres_store_passes_the_outbox_contract() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    contract::outbox(&PgStore::open(&db.url).unwrap());
+}
+
+#[test]
+fn postgres_outbox_due_entries_of_a_flooded_kind_do_not_hide_another_kinds() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    contract::outbox_due_is_fair(&PgStore::open(&db.url).unwrap());
+}
+
+#[test]
+fn serve_refuses_an_unmigrated_or_newer_schema_naming_the_command() {
+    let Some(db) = Fresh::new() else { return };
+    let err = PgStore::open(&db.url).err().expect("refused");
+    assert!(
+        err.to_string().contains("approval-server migrate --store"),
+        "{err}"
+    );
+    assert_eq!(PgStore::migrate(&db.url).unwrap(), (0, SCHEMA));
+    // Twice is harmless.
+    assert_eq!(PgStore::migrate(&db.url).unwrap(), (SCHEMA, SCHEMA));
+    PgStore::open(&db.url).unwrap();
+    testdb::psql(
+        &db.url,
+        &format!(
+            "INSERT INTO schema_migrations (version) VALUES ({})",
+            SCHEMA + 1
+        ),
+    );
+    let err = PgStore::open(&db.url).err().expect("refused");
+    assert!(err.to_string().contains("newer than this build"), "{err}");
+}
+
+#[test]
+fn two_instances_share_the_server_id_and_key() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let a = PgStore::open(&db.url).unwrap();
+    let b = PgStore::open(&db.url).unwrap();
+    assert_eq!(a.server_id(), b.server_id());
+    let k1 = PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(&[1; 32]));
+    let k2 = PublicKey::from_signing_key(&ed25519_dalek::SigningKey::from_bytes(&[2; 32]));
+    assert_eq!(a.bind_server_key(&k1).unwrap(), k1);
+    assert_eq!(b.bind_server_key(&k2).unwrap(), k1);
+    assert_eq!(
+        a.shared_server_secret("one").unwrap(),
+        b.shared_server_secret("two").unwrap()
+    );
+}
+
+/// Concurrent writers on two instances: one audit chain, no gap, no fork; of
+/// concurrent claims on one revision exactly one wins.
+#[test]
+fn concurrent_writers_on_two_instances_make_one_chain_and_one_winner() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let stores = [
+        Arc::new(PgStore::open(&db.url).unwrap()),
+        Arc::new(PgStore::open(&db.url).unwrap()),
+    ];
+    let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
+    let target = contract::record("p-target", "agent1", 1_800_000_000);
+    stores[0]
+        .create(&target, ev(&target), PendingLimits::default())
+        .unwrap();
+    let mut threads = Vec::new();
+    for t in 0..8 {
+        let s = stores[t % 2].clone();
+        let target = target.clone();
+        threads.push(std::thread::spawn(move || {
+            for i in 0..10 {
+                let r = contract::record(&format!("p-{t}-{i}"), "agent1", 1_800_000_000 + i);
+                s.create(&r, ev(&r), PendingLimits::default()).unwrap();
+            }
+            let mut next = target.clone();
+            next.revision = 1;
+            matches!(s.update(&next, ev(&next)).unwrap(), Cas::Applied)
+        }));
+    }
+    let wins = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .filter(|w| *w)
+        .count();
+    assert_eq!(wins, 1);
+    let (entries, head) = stores[1].audit().unwrap();
+    assert_eq!(crate::audit::verify_chain(entries, head), Ok(1 + 80 + 1));
+}
+
+#[test]
+fn an_unreachable_database_is_reported_as_unavailable() {
+    if std::env::var("APPROVAL_TEST_DATABASE_URL").is_err() {
+        testdb::say_not_run();
+        return;
+    }
+    // A port nothing listens on.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let err = PgStore::open(&format!("postgres://root@127.0.0.1:{port}/test"))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+}
+
+#[test]
+fn passwords_are_redacted() {
+    assert_eq!(
+        redact("postgres://u:secret@h:5432/db"),
+        "postgres://u:***@h:5432/db"
+    );
+    assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    // A password holding `/` (base64) or `@`, and one given as a parameter.
+    assert_eq!(
+        redact("postgres://u:ab/c+d=@h:5432/db"),
+        "postgres://u:***@h:5432/db"
+    );
+    assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
+    assert_eq!(
+        redact("postgres://h/db?user=u&password=s3cret&sslmode=disable"),
+        "postgres://h/db?user=u&password=***&sslmode=disable"
+    );
+    assert_eq!(redact("u:secret"), "(not a URL)");
+}
