@@ -30,6 +30,7 @@ pub mod fingerprint;
 pub mod ids;
 pub mod json;
 pub mod keyring;
+pub mod keys;
 pub mod message;
 pub mod notify;
 pub mod policy;

@@ -13,15 +13,18 @@
 //! non-canonical signatures (the malleable cases plain `verify` lets through).
 
 use crate::ids::{ApproverName, ServerId, Sha256Hex};
-use crate::keyring::{Keyring, PublicKey};
+use crate::keyring::Keyring;
 use crate::time::Timestamp;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 use thiserror::Error;
+
+use crate::keys::PublicKey;
+pub use crate::keys::{MessageError, Signature};
 
 /// The longest reason accepted, in characters.
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -83,76 +86,6 @@ impl FromStr for Decision {
             .into_iter()
             .find(|d| d.as_str() == s)
             .ok_or_else(|| MessageError::Decision(s.chars().take(40).collect()))
-    }
-}
-
-/// A signed message or signature that was refused.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum MessageError {
-    /// Not one of the five decision words.
-    #[error(
-        "unknown decision {0:?}: use approve, reject, revoke, resolve-succeeded or resolve-failed"
-    )]
-    Decision(String),
-    /// Reason longer than [`MAX_REASON_CHARS`].
-    #[error("reason is {0} characters long: keep it to at most 1000")]
-    ReasonTooLong(usize),
-    /// The text is not a decision message.
-    #[error("not an approval-v1 message: {0}")]
-    Format(&'static str),
-    /// The hash field is not 64 lowercase hex characters.
-    #[error("invalid preview_sha256 in message: use 64 lowercase hex characters")]
-    Hash,
-    /// The signature is not standard base64 of 64 bytes.
-    #[error("invalid signature encoding: use standard base64 (with padding) of 64 bytes")]
-    SignatureEncoding,
-    /// The signature does not verify under the key (or the key is weak).
-    #[error("signature does not verify for this key, decision and preview hash")]
-    BadSignature,
-}
-
-/// An Ed25519 signature, written as standard base64 with padding.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Signature(pub [u8; 64]);
-
-impl Signature {
-    /// Decodes standard base64 of exactly 64 bytes; non-canonical encodings are refused.
-    pub fn parse(s: &str) -> Result<Self, MessageError> {
-        let bytes = STANDARD
-            .decode(s)
-            .map_err(|_| MessageError::SignatureEncoding)?;
-        let arr: [u8; 64] = bytes
-            .try_into()
-            .map_err(|_| MessageError::SignatureEncoding)?;
-        if STANDARD.encode(arr) != s {
-            return Err(MessageError::SignatureEncoding);
-        }
-        Ok(Self(arr))
-    }
-
-    /// The base64 form.
-    pub fn to_base64(&self) -> String {
-        STANDARD.encode(self.0)
-    }
-}
-
-impl fmt::Debug for Signature {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Signature({})", self.to_base64())
-    }
-}
-
-impl Serialize for Signature {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_base64())
-    }
-}
-
-impl<'de> Deserialize<'de> for Signature {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Self::parse(&s).map_err(serde::de::Error::custom)
     }
 }
 

@@ -299,7 +299,7 @@ pub fn verify_receipt_for_server(
         });
     }
     if preview.cooldown != policy.spec().cooldown {
-        let spell = |c: Option<crate::Seconds>| c.map_or("none".to_owned(), |c| c.to_spec());
+        let spell = |c: Option<crate::time::Seconds>| c.map_or("none".to_owned(), |c| c.to_spec());
         return Err(ReceiptError::CooldownMismatch {
             preview: spell(preview.cooldown),
             policy: spell(policy.spec().cooldown),

@@ -5,23 +5,20 @@
 //! [`store`] and the rules of `approval-core`. [`run`] wires them to sockets.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod agents;
 pub mod approver_api;
 pub mod audit;
-pub mod audit_remote;
 pub mod body_budget;
 pub mod bridge;
 pub mod capacity;
 pub mod clock;
 pub mod config;
-pub mod demo;
 pub mod disabled_kind;
 pub mod endpoint;
 pub mod executor;
 pub mod http;
 pub mod identity;
-pub mod import_tools;
-pub mod init;
 pub mod listener;
 pub mod long_poll;
 pub mod mcp;

@@ -18,6 +18,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Text to print once the server listens, made from its `/mcp` and approver API URLs:
+/// the command that starts the server supplies it, so the wiring knows no command.
+#[derive(Clone)]
+pub struct Banner(pub Arc<BannerText>);
+
+/// What a [`Banner`] calls: `/mcp` URL and approver API URL in, lines out.
+pub type BannerText = dyn Fn(&str, &str) -> String + Send + Sync;
+
+impl std::fmt::Debug for Banner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Banner")
+    }
+}
+
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -33,8 +47,9 @@ pub struct ServeOptions {
     pub allowed_hosts: Vec<String>,
     /// `Origin` values accepted on `/mcp`.
     pub allowed_origins: Vec<String>,
-    /// Demo mode: where the demo keys are, for the banner.
-    pub demo_keys: Option<PathBuf>,
+    /// Lines printed under the endpoint lines once the addresses are known (the
+    /// demo's banner), given the `/mcp` URL and the approver API's URL.
+    pub banner: Option<Banner>,
     /// Caps on PENDING proposals.
     pub limits: crate::store::PendingLimits,
     /// Notification channels' server side (relay, defaults, retry timings).
@@ -57,7 +72,7 @@ impl ServeOptions {
             approver_listen: None,
             allowed_hosts: vec![],
             allowed_origins: vec![],
-            demo_keys: None,
+            banner: None,
             limits: Default::default(),
             notify: Default::default(),
             database: None,
@@ -379,13 +394,11 @@ pub async fn serve_until(
         svc.identity().server_id(),
         svc.identity().public_key()
     );
-    if let Some(keys) = &opts.demo_keys {
+    if let Some(Banner(banner)) = &opts.banner {
         lines.push('\n');
-        lines.push_str(&crate::demo::banner(
+        lines.push_str(&banner(
             &format!("http://{}/mcp", url_host(&mcp_addr)),
             &format!("http://{}", url_host(&approver_addr)),
-            keys,
-            &opts.source,
         ));
     }
     use std::io::Write;

@@ -7,22 +7,75 @@
 //! commands to approve it. Real keys never live beside the server; the demo says so
 //! loudly.
 
+use super::shared::logging;
 use crate::config::ConfigSource;
+use crate::run::{self, Banner, ServeOptions};
 use anyhow::Context;
 use approval_core::keyring::SecretKey;
 use approval_core::{ApproverName, Keyring};
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// The flags of `demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Address to listen on (another port if 4800 is taken, e.g. 127.0.0.1:4801).
+    #[arg(long, default_value = "127.0.0.1:4800")]
+    listen: SocketAddr,
+    /// Folder of policies, reloaded on SIGHUP [default: ./policies if it exists,
+    /// else built-in copies of the repository's example policies].
+    #[arg(long)]
+    policies: Option<PathBuf>,
+    /// Agents file (`approval-server agent add NAME --agents FILE`); without it,
+    /// only loopback clients, as `local`. Reloaded on SIGHUP.
+    #[arg(long)]
+    agents: Option<PathBuf>,
+    /// Store folder.
+    #[arg(long, default_value = "./data")]
+    data: PathBuf,
+    /// Where the demo keys go.
+    #[arg(long, default_value = "./demo-keys")]
+    keys_dir: PathBuf,
+}
+
+/// `demo`: the demo keys and policies, then the service until a signal stops it.
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    logging("info");
+    let keys = prepare_keys(&args.keys_dir)?;
+    let source = policy_source(args.policies, keys, args.agents)?;
+    let shown = (args.keys_dir, source.clone());
+    let opts = ServeOptions {
+        data: args.data,
+        source,
+        listen: args.listen,
+        approver_listen: None,
+        allowed_hosts: vec![],
+        allowed_origins: vec![],
+        banner: Some(Banner(Arc::new(move |mcp_url, api_url| {
+            banner(mcp_url, api_url, &shown.0, &shown.1)
+        }))),
+        limits: Default::default(),
+        notify: Default::default(),
+        database: None,
+        claim_lease: crate::store::postgres::DEFAULT_LEASE,
+    };
+    let svc = run::start(&opts).await?;
+    run::serve(opts, svc).await?;
+    Ok(ExitCode::SUCCESS)
+}
 
 /// The example policies, built in so the demo runs from any folder.
 pub const EXAMPLE_POLICIES: [(&str, &str); 2] = [
     (
         "note.write.toml",
-        include_str!("../../policies/note.write.toml"),
+        include_str!("../../../policies/note.write.toml"),
     ),
     (
         "email.send.toml",
-        include_str!("../../policies/email.send.toml"),
+        include_str!("../../../policies/email.send.toml"),
     ),
 ];
 

@@ -8,10 +8,12 @@
 //! refuses to load (`approval-server check` names the line), so nothing is gated by
 //! rules nobody chose. An existing file is never overwritten.
 
+use super::shared::logging;
 use crate::executor::mcp::{list_tools, Downstream};
 use approval_core::Kind;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 /// What happened to one tool.
@@ -135,6 +137,68 @@ pub async fn import(
         }
     }
     Ok(done)
+}
+
+/// The flags of `import-tools`.
+#[derive(clap::Args)]
+pub struct ImportToolsArgs {
+    /// Folder to write the policies into (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    /// Kind prefix: the kinds are `<prefix>.<tool>`.
+    #[arg(long, default_value = "mcp")]
+    prefix: String,
+    /// A Streamable HTTP MCP endpoint, e.g. https://tools.example.com/mcp
+    #[arg(long, conflicts_with = "command", required_unless_present = "command")]
+    url: Option<String>,
+    /// A stdio MCP server's command line, run without a shell. Put it last: every
+    /// argument after --command is part of it.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
+    command: Option<Vec<String>>,
+    /// Seconds to wait for the server's tool list.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+}
+
+/// `import-tools`: writes the policies and says what it wrote, kept and skipped.
+pub async fn run(args: ImportToolsArgs) -> anyhow::Result<ExitCode> {
+    logging("warn");
+    let ImportToolsArgs {
+        out,
+        prefix,
+        url,
+        command,
+        timeout,
+    } = args;
+    let downstream = match (command, url) {
+        (Some(argv), _) => Downstream::Command {
+            argv,
+            env_from: Default::default(),
+        },
+        (None, Some(url)) => Downstream::Url {
+            url,
+            headers_from: Default::default(),
+        },
+        (None, None) => anyhow::bail!("give --command PROGRAM ARGS... or --url URL"),
+    };
+    let done = import(&downstream, &out, &prefix, Duration::from_secs(timeout)).await?;
+    let mut wrote = 0;
+    for d in &done {
+        match d {
+            Imported::Wrote(p) => {
+                wrote += 1;
+                println!("wrote {}", p.display())
+            }
+            Imported::Kept(p) => println!("kept {} (exists; not overwritten)", p.display()),
+            Imported::Skipped { tool, why } => println!("skipped tool {tool:?}: {why}"),
+        }
+    }
+    println!(
+        "{wrote} new policies in {}: fill in approvers and quorum in each, then run `approval-server check --policies {}`",
+        out.display(),
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use anyhow::Context;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// The example policy (`policies/note.write.toml`).
 pub const EXAMPLE_POLICY: &str = r#"# One file per action kind. The agent proposes `kind` with a payload; the people in
@@ -117,6 +118,26 @@ pub fn next_steps(dir: &Path) -> String {
   4. Approvers sign at the \"Approver API\" address it prints:
        signer-cli --server http://127.0.0.1:4800 --key alice.key pending"
     )
+}
+
+/// The flags of `init`.
+#[derive(clap::Args)]
+pub struct InitArgs {
+    /// Folder to fill (created if missing).
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+}
+
+/// `init`: scaffolds the folder and says what was made, what was kept and what next.
+pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
+    for o in scaffold(&args.dir)? {
+        match o {
+            Outcome::Created(p) => println!("created {}", p.display()),
+            Outcome::Kept(p) => println!("kept {} (it exists; not overwritten)", p.display()),
+        }
+    }
+    println!("{}", next_steps(&args.dir));
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

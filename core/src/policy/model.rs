@@ -1,0 +1,321 @@
+//! A loaded policy: parsed, validated (quorum, vetoes, groups, executor, notify
+//! channels, schema), with its canonical form and `policy_sha256`. Imports
+//! `toml_lines`, `executor`, `spec` and `payload`.
+
+use super::executor::check_executor;
+use super::payload::{self, PayloadRefusal};
+use super::spec::{PolicySpec, MAX_MAX_PAYLOAD_BYTES};
+use super::toml_lines::{byte_to_line, line_in_table, line_of_key, line_of_require, line_of_table};
+use crate::ids::{ApproverName, Kind, Sha256Hex};
+use crate::json;
+use crate::keyring::Keyring;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// A loaded, validated policy.
+#[derive(Clone)]
+pub struct Policy {
+    spec: PolicySpec,
+    canonical: Value,
+    sha256: Sha256Hex,
+    schema: Option<Arc<jsonschema::Validator>>,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("spec", &self.spec)
+            .field("sha256", &self.sha256)
+            .finish()
+    }
+}
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        self.sha256 == other.sha256
+    }
+}
+
+/// A policy that was refused: where, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub struct PolicyError {
+    /// The file (or `<receipt>` for a policy carried in a receipt).
+    pub file: String,
+    /// 1-based line, where known.
+    pub line: Option<usize>,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl Policy {
+    /// Parses and validates a policy file's text. `file` names it in errors; when it
+    /// ends in `.toml`, its stem must equal the kind (one file per kind, no surprises).
+    /// The keyring check is separate ([`Policy::check_keyring`]).
+    pub fn parse_toml(file: &str, src: &str) -> Result<Self, PolicyError> {
+        let spec: PolicySpec = toml::from_str(src).map_err(|e| PolicyError {
+            file: file.to_owned(),
+            line: e.span().map(|s| byte_to_line(src, s.start)),
+            message: format!("{}; see policies/ for examples", e.message()),
+        })?;
+        let stem = std::path::Path::new(file)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(file);
+        if let Some(stem) = stem.strip_suffix(".toml") {
+            if stem != spec.kind.as_str() {
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: line_of_key(src, "kind"),
+                    message: format!(
+                        "kind {:?} does not match the file name: name the file {}.toml",
+                        spec.kind.as_str(),
+                        spec.kind
+                    ),
+                });
+            }
+        }
+        if spec.executor.schema_from_tool() && spec.payload_schema.is_some() {
+            return Err(PolicyError {
+                file: file.to_owned(),
+                line: line_in_table(src, "executor", "payload_schema_from_tool")
+                    .or_else(|| line_of_table(src, "payload_schema")),
+                message: "payload_schema and executor.payload_schema_from_tool = true are both set: keep one (the tool's inputSchema, or your own schema)".into(),
+            });
+        }
+        Self::from_spec_inner(spec, file, Some(src))
+    }
+
+    /// Whether this policy waits for its payload schema from a downstream tool
+    /// (`payload_schema_from_tool = true`, not fetched yet): such a policy is never
+    /// enabled, so no payload goes unchecked.
+    pub fn needs_tool_schema(&self) -> bool {
+        self.spec.executor.schema_from_tool() && self.spec.payload_schema.is_none()
+    }
+
+    /// This policy with the payload schema fetched from its downstream tool.
+    pub fn with_tool_schema(&self, schema: Value) -> Result<Self, PolicyError> {
+        let mut spec = self.spec.clone();
+        spec.payload_schema = Some(schema);
+        Self::from_spec_inner(spec, "<tool inputSchema>", None)
+    }
+
+    /// Validates a policy given in canonical JSON form (as carried by a receipt).
+    pub fn from_canonical_json(v: &Value) -> Result<Self, PolicyError> {
+        let spec: PolicySpec = serde_json::from_value(v.clone()).map_err(|e| PolicyError {
+            file: "<receipt>".into(),
+            line: None,
+            message: format!("invalid policy: {e}"),
+        })?;
+        Self::from_spec_inner(spec, "<receipt>", None)
+    }
+
+    /// Validates a spec.
+    pub fn from_spec(spec: PolicySpec) -> Result<Self, PolicyError> {
+        Self::from_spec_inner(spec, "<policy>", None)
+    }
+
+    fn from_spec_inner(
+        spec: PolicySpec,
+        file: &str,
+        src: Option<&str>,
+    ) -> Result<Self, PolicyError> {
+        let at = |key: &str| src.and_then(|s| line_of_key(s, key));
+        let err = |line: Option<usize>, message: String| PolicyError {
+            file: file.to_owned(),
+            line,
+            message,
+        };
+        let n = spec.approvers.len() as u32;
+        if spec.approvers.is_empty() {
+            return Err(err(
+                at("approvers"),
+                "approvers is empty: name at least one approver from the keyring".into(),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for a in &spec.approvers {
+            if !seen.insert(a) {
+                return Err(err(
+                    at("approvers"),
+                    format!("approver \"{a}\" is listed twice: list each once"),
+                ));
+            }
+        }
+        if spec.quorum < 1 || spec.quorum > n {
+            return Err(err(
+                at("quorum"),
+                format!(
+                    "quorum = {} cannot be met with {n} approvers: set 1 ≤ quorum ≤ {n}",
+                    spec.quorum
+                ),
+            ));
+        }
+        if spec.vetoes < 1 || spec.vetoes > n {
+            return Err(err(
+                at("vetoes"),
+                format!(
+                    "vetoes = {} must be between 1 and the number of approvers ({n})",
+                    spec.vetoes
+                ),
+            ));
+        }
+        if let Some(c) = spec.cooldown {
+            if c >= spec.execute_within {
+                return Err(err(
+                    at("cooldown"),
+                    format!(
+                        "cooldown = \"{c}\" must be shorter than execute_within = \"{}\": the execution window counts from quorum and the cooldown is its first part; shorten the cooldown or lengthen execute_within",
+                        spec.execute_within
+                    ),
+                ));
+            }
+        }
+        if spec.max_payload_bytes < 2 || spec.max_payload_bytes > MAX_MAX_PAYLOAD_BYTES {
+            return Err(err(
+                at("max_payload_bytes"),
+                format!(
+                    "max_payload_bytes = {} must be between 2 and {MAX_MAX_PAYLOAD_BYTES}",
+                    spec.max_payload_bytes
+                ),
+            ));
+        }
+        for (i, r) in spec.require.iter().enumerate() {
+            let line = src.and_then(|s| line_of_require(s, i));
+            if r.group.is_empty() {
+                return Err(err(
+                    line,
+                    "require.group is empty: name at least one approver".into(),
+                ));
+            }
+            let mut g = BTreeSet::new();
+            for m in &r.group {
+                if !spec.approvers.contains(m) {
+                    return Err(err(line, format!("require.group names \"{m}\", who is not in approvers: add them to approvers")));
+                }
+                if !g.insert(m) {
+                    return Err(err(line, format!("require.group lists \"{m}\" twice")));
+                }
+            }
+            if r.count < 1 || r.count as usize > r.group.len() {
+                return Err(err(
+                    line,
+                    format!(
+                        "require.count = {} cannot be met by a group of {}: set 1 ≤ count ≤ {}",
+                        r.count,
+                        r.group.len(),
+                        r.group.len()
+                    ),
+                ));
+            }
+        }
+        check_executor(&spec.executor).map_err(|(table, key, m)| {
+            let line = src.and_then(|s| {
+                line_in_table(s, table, &key)
+                    .or_else(|| line_in_table(s, table, &format!("{key:?}")))
+                    .or_else(|| line_of_table(s, table))
+                    .or_else(|| line_in_table(s, "executor", table.trim_start_matches("executor.")))
+                    .or_else(|| line_of_table(s, "executor"))
+                    .or_else(|| line_of_key(s, "executor"))
+            });
+            err(line, m)
+        })?;
+        for n in &spec.notify {
+            n.check().map_err(|m| {
+                err(
+                    src.and_then(|s| {
+                        line_of_table(s, "[notify]").or_else(|| line_of_key(s, "notify"))
+                    }),
+                    m,
+                )
+            })?;
+        }
+        let schema = match &spec.payload_schema {
+            None => None,
+            Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {
+                err(
+                    src.and_then(|s| {
+                        line_of_table(s, "payload_schema")
+                            .or_else(|| line_of_key(s, "payload_schema"))
+                    }),
+                    format!("payload_schema does not compile: {e}"),
+                )
+            })?)),
+        };
+        let canonical = serde_json::to_value(&spec)
+            .map_err(|e| err(None, format!("policy cannot be serialised: {e}")))?;
+        json::check_value(&canonical).map_err(|e| {
+            err(
+                None,
+                format!("policy holds a value JSON cannot carry exactly: {e}"),
+            )
+        })?;
+        let sha256 = Sha256Hex::digest(&json::canonical_bytes(&canonical));
+        Ok(Self {
+            spec,
+            canonical,
+            sha256,
+            schema,
+        })
+    }
+
+    /// Refuses a policy whose approvers are not all in the keyring.
+    pub fn check_keyring(
+        &self,
+        keyring: &Keyring,
+        file: &str,
+        src: Option<&str>,
+    ) -> Result<(), PolicyError> {
+        for a in &self.spec.approvers {
+            if !keyring.contains(a) {
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: src.and_then(|s| line_of_key(s, "approvers")),
+                    message: format!("approver \"{a}\" is not in the keyring: add their line from `signer-cli keygen` or remove them"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy's data.
+    pub fn spec(&self) -> &PolicySpec {
+        &self.spec
+    }
+
+    /// The kind it governs.
+    pub fn kind(&self) -> &Kind {
+        &self.spec.kind
+    }
+
+    /// The canonical JSON form (what receipts carry and the hash covers).
+    pub fn canonical_json(&self) -> &Value {
+        &self.canonical
+    }
+
+    /// `policy_sha256`.
+    pub fn sha256(&self) -> Sha256Hex {
+        self.sha256
+    }
+
+    /// Whether `name` may decide on this kind.
+    pub fn is_approver(&self, name: &ApproverName) -> bool {
+        self.spec.approvers.contains(name)
+    }
+
+    /// Checks a payload: exact JSON, size of its canonical form, schema.
+    pub fn check_payload(&self, payload: &Value) -> Result<(), PayloadRefusal> {
+        payload::check(payload, &self.spec, self.schema.as_deref())
+    }
+}

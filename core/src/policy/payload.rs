@@ -1,0 +1,139 @@
+//! The checks a policy applies to an agent's payload: exact JSON, nesting, size,
+//! the object an MCP tool takes, and the payload schema. Imports `spec`.
+
+use super::spec::PolicySpec;
+use crate::json::{self, PayloadError};
+use serde_json::Value;
+use thiserror::Error;
+
+/// The deepest nesting of arrays and objects a payload may have (the payload itself
+/// counts as one). Responses wrap the payload in a few more levels, and common JSON
+/// readers (serde_json, for one) stop at 128, so a payload must stay well below that for
+/// agents and approvers to be able to read it back.
+pub const MAX_PAYLOAD_NESTING: usize = 64;
+
+/// The children of an array or object, with their pointer tokens.
+type Children<'a> = Box<dyn Iterator<Item = (String, &'a Value)> + 'a>;
+
+fn children(v: &Value) -> Option<Children<'_>> {
+    match v {
+        Value::Array(a) => Some(Box::new(
+            a.iter().enumerate().map(|(i, x)| (i.to_string(), x)),
+        )),
+        Value::Object(m) => Some(Box::new(m.iter().map(|(k, x)| (k.clone(), x)))),
+        _ => None,
+    }
+}
+
+/// The first array or object nested deeper than `limit`, as a JSON pointer.
+///
+/// Iterative, so a hostile value cannot exhaust the stack here either, and its memory
+/// is bounded by the nesting (one iterator and one pointer per open level), never by
+/// the number of values: a wide array of a million members costs no more than a
+/// short one.
+fn too_deep(v: &Value, limit: usize) -> Option<String> {
+    let root = children(v)?;
+    if limit == 0 {
+        return Some(String::new());
+    }
+    let mut open: Vec<(String, Children<'_>)> = vec![(String::new(), root)];
+    while let Some((ptr, it)) = open.last_mut() {
+        let Some((token, child)) = it.next() else {
+            open.pop();
+            continue;
+        };
+        if let Some(grand) = children(child) {
+            let child_ptr = json::pointer_push(ptr, &token);
+            if open.len() + 1 > limit {
+                return Some(child_ptr);
+            }
+            open.push((child_ptr, grand));
+        }
+    }
+    None
+}
+
+/// A payload the policy refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PayloadRefusal {
+    /// JCS cannot carry it exactly.
+    #[error(transparent)]
+    Inexact(#[from] PayloadError),
+    /// Larger than the policy's `max_payload_bytes`.
+    #[error(
+        "payload is {size} bytes in canonical form, over this kind's limit of {limit}: send less"
+    )]
+    TooLarge {
+        /// Canonical size.
+        size: usize,
+        /// The policy's limit.
+        limit: u64,
+    },
+    /// Nested deeper than [`MAX_PAYLOAD_NESTING`] arrays and objects.
+    #[error("payload nests more than {limit} arrays/objects deep at {pointer}: flatten it")]
+    TooDeep {
+        /// JSON pointer of the first value past the limit.
+        pointer: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// Breaks the policy's `payload_schema`.
+    #[error("payload does not match this kind's schema at {pointer}: {message}")]
+    Schema {
+        /// JSON pointer of the first failing value.
+        pointer: String,
+        /// The validator's message.
+        message: String,
+    },
+}
+
+impl PayloadRefusal {
+    /// The JSON pointer of the offending value (`""` for the whole payload).
+    pub fn pointer(&self) -> &str {
+        match self {
+            PayloadRefusal::Inexact(e) => &e.pointer,
+            PayloadRefusal::TooLarge { .. } => "",
+            PayloadRefusal::TooDeep { pointer, .. } | PayloadRefusal::Schema { pointer, .. } => {
+                pointer
+            }
+        }
+    }
+}
+
+/// Checks a payload against a policy's data and its compiled schema: exact JSON,
+/// nesting, size of its canonical form, schema.
+pub(super) fn check(
+    payload: &Value,
+    spec: &PolicySpec,
+    schema: Option<&jsonschema::Validator>,
+) -> Result<(), PayloadRefusal> {
+    json::check_value(payload)?;
+    if let Some(pointer) = too_deep(payload, MAX_PAYLOAD_NESTING) {
+        return Err(PayloadRefusal::TooDeep {
+            pointer,
+            limit: MAX_PAYLOAD_NESTING,
+        });
+    }
+    let size = json::canonical_bytes(payload).len();
+    if size as u64 > spec.max_payload_bytes {
+        return Err(PayloadRefusal::TooLarge {
+            size,
+            limit: spec.max_payload_bytes,
+        });
+    }
+    if spec.executor.mcp_tool().is_some() && !payload.is_object() {
+        return Err(PayloadRefusal::Schema {
+            pointer: String::new(),
+            message: "this kind calls a downstream MCP tool, whose arguments are a JSON object: send an object".into(),
+        });
+    }
+    if let Some(schema) = schema {
+        if let Some(e) = schema.iter_errors(payload).next() {
+            return Err(PayloadRefusal::Schema {
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! `approval-server serve` and `approval-server stdio`: the commands that start the
+//! gate. Their flags become [`ServeOptions`] (or [`stdio::StdioOptions`]); the wiring
+//! is `run`'s and `stdio`'s.
+
+use super::shared::{logging, Rules};
+use crate::config::ConfigSource;
+use crate::notify::NotifyOptions;
+use crate::run::{self, ServeOptions};
+use crate::stdio;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The flags of `serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Store folder (created if missing). With --store postgres://…, it keeps only
+    /// this instance's local files (executors' output, endpoint.json).
+    #[arg(long, default_value = "./data")]
+    data: PathBuf,
+    /// Where the store is: `sled:DIR` (the embedded store, the same as --data DIR)
+    /// or `postgres://USER[:PASSWORD]@HOST:PORT/DATABASE`, shared by several
+    /// instances (run `approval-server migrate --store URL` first).
+    #[arg(
+        long,
+        env = "APPROVAL_STORE",
+        hide_env_values = true,
+        value_name = "STORE"
+    )]
+    store: Option<run::StoreSpec>,
+    /// On PostgreSQL: seconds an execution claim stays leased without renewal. An
+    /// instance that dies mid-execution leaves its claim; another instance ends it
+    /// OUTCOME_UNKNOWN this long after its last renewal (never re-runs it).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    claim_lease: u64,
+    #[command(flatten)]
+    rules: Rules,
+    /// Agents file: `<name> <sha256 of token>` lines. Without it, only loopback clients, as `local`.
+    #[arg(long)]
+    agents: Option<PathBuf>,
+    /// Address for /mcp (and the approver API unless --approver-listen). Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:4800")]
+    listen: SocketAddr,
+    /// Separate address for the approver API, so laptops can reach it while /mcp stays on loopback.
+    #[arg(long)]
+    approver_listen: Option<SocketAddr>,
+    /// Extra Host header value accepted on /mcp (repeatable), e.g. when behind a proxy.
+    #[arg(long)]
+    allowed_host: Vec<String>,
+    /// Origin accepted on /mcp (repeatable). By default any request with an Origin header is refused.
+    #[arg(long)]
+    allowed_origin: Vec<String>,
+    /// Most PENDING proposals one agent may have; more are refused with LIMIT_EXCEEDED.
+    #[arg(long, default_value_t = 10_000)]
+    max_pending_per_agent: u64,
+    /// Most PENDING proposals in all.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_pending: u64,
+    #[command(flatten)]
+    notify: NotifyArgs,
+}
+
+/// Notifications: the server's side (the relay, secrets and defaults never come from a policy).
+#[derive(clap::Args, Debug)]
+struct NotifyArgs {
+    /// SMTP relay for `type = "email"` channels: `smtp://host:2525` (plain, local relay),
+    /// `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host`.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "APPROVAL_SMTP_URL",
+        hide_env_values = true
+    )]
+    smtp: Option<String>,
+    /// Sender address of notification mail.
+    #[arg(
+        long,
+        value_name = "ADDRESS",
+        default_value = "approval-gate@localhost"
+    )]
+    smtp_from: String,
+    /// A TOML file of `[[notify]]` tables for every kind whose policy has none.
+    #[arg(long, value_name = "FILE", env = "APPROVAL_NOTIFY_DEFAULT")]
+    notify_default: Option<PathBuf>,
+    /// Most queued notifications; past it, changes still commit and their notifications are dropped (counted in /healthz).
+    #[arg(long, default_value_t = crate::notify::DEFAULT_OUTBOX_CAP)]
+    notify_outbox_cap: u64,
+    /// Retry timings in milliseconds: first back-off, longest back-off, give-up age,
+    /// delivery time-out, outbox poll (tests shorten them).
+    #[arg(
+        long,
+        hide = true,
+        env = "APPROVAL_NOTIFY_TIMINGS_MS",
+        value_delimiter = ',',
+        num_args = 5
+    )]
+    notify_timings_ms: Option<Vec<u64>>,
+}
+
+impl NotifyArgs {
+    fn options(self) -> anyhow::Result<NotifyOptions> {
+        let mut o = NotifyOptions {
+            smtp: self.smtp.filter(|s| !s.is_empty()),
+            smtp_from: self.smtp_from,
+            cap: self.notify_outbox_cap,
+            ..Default::default()
+        };
+        if let Some(f) = &self.notify_default {
+            o.default_channels = crate::notify::read_defaults(f)?;
+        }
+        if let Some(t) = self.notify_timings_ms {
+            let ms = |i: usize| {
+                std::time::Duration::from_millis(t.get(i).copied().unwrap_or(1000).max(1))
+            };
+            (o.retry_base, o.retry_max, o.give_up, o.timeout, o.tick) =
+                (ms(0), ms(1), ms(2), ms(3), ms(4));
+        }
+        Ok(o)
+    }
+}
+
+/// `serve`: the service on its sockets until a signal stops it.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    logging("info");
+    let ServeArgs {
+        mut data,
+        store,
+        claim_lease,
+        rules,
+        agents,
+        listen,
+        approver_listen,
+        allowed_host,
+        allowed_origin,
+        max_pending_per_agent,
+        max_pending,
+        notify,
+    } = args;
+    let notify = notify.options()?;
+    let database = match store {
+        Some(run::StoreSpec::Sled(dir)) => {
+            data = dir;
+            None
+        }
+        Some(run::StoreSpec::Postgres(url)) => Some(url),
+        None => None,
+    };
+    let opts = ServeOptions {
+        database,
+        claim_lease: std::time::Duration::from_secs(claim_lease.max(1)),
+        data,
+        source: ConfigSource {
+            policies: rules.policies,
+            keys: rules.keys,
+            agents,
+            embedded_policies: None,
+        },
+        listen,
+        approver_listen,
+        allowed_hosts: allowed_host,
+        allowed_origins: allowed_origin,
+        banner: None,
+        limits: crate::store::PendingLimits {
+            per_agent: max_pending_per_agent,
+            total: max_pending,
+        },
+        notify,
+    };
+    let svc = run::start(&opts).await?;
+    run::serve(opts, svc).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The flags of `stdio`.
+#[derive(clap::Args)]
+pub struct StdioArgs {
+    /// Always bridge to this MCP endpoint, e.g. http://127.0.0.1:4800/mcp
+    #[arg(long, conflicts_with_all = ["listen", "agents", "policies", "keys", "data"])]
+    connect: Option<String>,
+    /// Agent token (or APPROVAL_AGENT_TOKEN): sent to a joined server; checked against --agents when the gate runs here.
+    #[arg(long, env = "APPROVAL_AGENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Store folder: the gate runs here unless a running server holds it.
+    #[arg(long, default_value = "./data")]
+    data: PathBuf,
+    #[command(flatten)]
+    rules: Rules,
+    /// Agents file; then this session needs --token. Without it, the session is the agent `local`.
+    #[arg(long)]
+    agents: Option<PathBuf>,
+    /// Approver API and /mcp of the gate run here [default: 127.0.0.1:4800, or a free port when taken].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+}
+
+/// `stdio`: MCP over stdin/stdout, the gate here or joined or bridged.
+pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
+    logging("warn");
+    stdio::run(stdio::StdioOptions {
+        connect: args.connect,
+        token: args.token,
+        data: args.data,
+        policies: args.rules.policies,
+        keys: args.rules.keys,
+        agents: args.agents,
+        listen: args.listen,
+    })
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}

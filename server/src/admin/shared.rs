@@ -1,0 +1,29 @@
+//! What several commands share: the flags naming the rules' files (serve, stdio,
+//! check) and the log set-up of the commands that run the gate. Imports nothing of
+//! the crate.
+
+use std::path::PathBuf;
+
+/// The rules' files: the policies and the keyring (serve, stdio and check).
+#[derive(clap::Args, Clone)]
+pub(super) struct Rules {
+    /// Folder of policies, one TOML file per action kind.
+    #[arg(long, default_value = "./policies")]
+    pub(super) policies: PathBuf,
+    /// Keyring: one `<name> ed25519 <base64 key>` line per approver.
+    #[arg(long, default_value = "./keys")]
+    pub(super) keys: PathBuf,
+}
+
+/// Logs go to stderr (stdout carries the endpoint lines, or the protocol in stdio mode).
+/// rmcp logs every stateless request at info; that is noise here, and costly under load.
+pub(super) fn logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},rmcp=warn")));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
