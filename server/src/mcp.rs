@@ -479,11 +479,11 @@ impl McpHandler {
                     .status_waiting(agent, &a.proposal_id, a.wait_seconds.unwrap_or(0))
                     .await
                 {
-                    Ok((rec, crate::long_poll::Waited::Busy)) => self.describe(&rec, None).map(|mut o| {
+                    Ok((rec, crate::service::long_poll::Waited::Busy)) => self.describe(&rec, None).map(|mut o| {
                         o.message = format!(
                             "{} (Answered without waiting: you already hold {} waiting approval_status calls; let one end before starting another.)",
                             o.message,
-                            crate::long_poll::MAX_LONG_POLLS_PER_AGENT
+                            crate::service::long_poll::MAX_LONG_POLLS_PER_AGENT
                         );
                         o
                     }),

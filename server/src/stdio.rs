@@ -18,6 +18,7 @@
 //! service); the transport itself, MCP lines on stdin/stdout, is [`session`], and the
 //! endpoint file is [`crate::endpoint`].
 
+pub mod bridge;
 pub mod session;
 pub mod streams;
 
@@ -81,7 +82,7 @@ fn lock_state(data: &Path) -> Lock {
 /// Runs `approval-server stdio`.
 pub async fn run(opts: StdioOptions) -> anyhow::Result<()> {
     if let Some(url) = opts.connect.clone() {
-        return crate::bridge::run(url, opts.token.clone()).await;
+        return crate::stdio::bridge::run(url, opts.token.clone()).await;
     }
     let deadline = tokio::time::Instant::now() + JOIN_WAIT;
     loop {
@@ -100,7 +101,7 @@ pub async fn run(opts: StdioOptions) -> anyhow::Result<()> {
                         ep.pid,
                         ep.mcp
                     );
-                    return crate::bridge::run(ep.mcp, opts.token.clone()).await;
+                    return crate::stdio::bridge::run(ep.mcp, opts.token.clone()).await;
                 }
                 Err(e) => e,
             },

@@ -7,7 +7,7 @@ mod common;
 
 use approval_core::ids::AgentName;
 use approval_core::message::Decision;
-use approval_server::long_poll::{Waited, MAX_LONG_POLLS_PER_AGENT};
+use approval_server::service::long_poll::{Waited, MAX_LONG_POLLS_PER_AGENT};
 use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -74,7 +74,7 @@ pub async fn fetch(server: &str, key: &Path) -> anyhow::Result<AuditLog> {
         .header(reqwest::header::AUTHORIZATION, auth)
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("{}", crate::bridge::unreachable(url.as_str(), &e)))?;
+        .map_err(|e| anyhow::anyhow!("{}", crate::stdio::bridge::unreachable(url.as_str(), &e)))?;
     let status = resp.status();
     let head = resp
         .headers()
@@ -118,7 +118,7 @@ async fn server_id(client: &reqwest::Client, base: &str) -> anyhow::Result<Serve
         .get(&url)
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("{}", crate::bridge::unreachable(&url, &e)))?;
+        .map_err(|e| anyhow::anyhow!("{}", crate::stdio::bridge::unreachable(&url, &e)))?;
     let v: serde_json::Value = resp.json().await.map_err(|_| {
         anyhow::anyhow!(
             "{url} did not answer as an approval gate's approver API (use the \"Approver API:\" address the server prints)"

@@ -15,12 +15,12 @@
 //! receipts), `decide`, `execute`, `upkeep` (sweeps, leases, recovery, voiding,
 //! reload, and which instance leads an `upkeep::Task`), `tools` (resolving downstream
 //! tool schemas, the configuration's only I/O). Below them, importing nothing of the
-//! service but its error: `error`, `events` (the event bus) and `policies` (the
-//! policy cache). This file holds the service itself, its compare-and-swap loop and
+//! service but its error: `error`, `events` (the event bus), `long_poll` (when a wait
+//! ends, and each agent's budget of waits) and `policies` (the policy cache). This file holds the service itself, its compare-and-swap loop and
 //! what every use case shares.
 //!
 //! What it may import: the store, the record, the audit events, the configuration,
-//! the executors, the leaf utilities (clock, identity, long_poll, throttle,
+//! the executors, the leaf utilities (clock, identity, throttle,
 //! verify_cache, disabled_kind) and core. Never a transport (listener, http, mcp,
 //! approver_api, stdio, bridge), `run` or `notify`.
 
@@ -28,6 +28,7 @@ mod decide;
 mod error;
 mod events;
 mod execute;
+pub mod long_poll;
 mod policies;
 mod propose;
 mod read;
@@ -88,7 +89,7 @@ pub struct Service {
     /// behind that session's flushes nor end with it.
     runtime: Option<tokio::runtime::Handle>,
     /// `approval_status` waits held per agent (issue #31: capped, see `long_poll`).
-    long_polls: crate::long_poll::LongPolls,
+    long_polls: long_poll::LongPolls,
 }
 
 /// The result of posting a decision.

@@ -27,7 +27,7 @@ pub async fn run(url: String, token: Option<String>) -> anyhow::Result<()> {
     let state = Arc::new(Mutex::new(Negotiated::default()));
     let (tx, mut rx) = mpsc::channel::<String>(256);
     let writer = tokio::spawn(async move {
-        let mut out = crate::stdio::streams::stdout();
+        let mut out = super::streams::stdout();
         while let Some(line) = rx.recv().await {
             if out.write_all(line.as_bytes()).await.is_err() || out.write_all(b"\n").await.is_err()
             {
@@ -36,7 +36,7 @@ pub async fn run(url: String, token: Option<String>) -> anyhow::Result<()> {
             let _ = out.flush().await;
         }
     });
-    let mut lines = BufReader::new(crate::stdio::streams::stdin()).lines();
+    let mut lines = BufReader::new(super::streams::stdin()).lines();
     let mut inflight = tokio::task::JoinSet::new();
     while let Some(line) = lines.next_line().await.context("cannot read stdin")? {
         if line.trim().is_empty() {

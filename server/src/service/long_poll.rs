@@ -15,7 +15,7 @@
 //! slot is a guard released on drop, so a wait whose client went away (its future
 //! dropped) gives its slot back.
 
-use crate::service::Event;
+use super::events::Event;
 use approval_core::ids::AgentName;
 use approval_core::status::{Lifecycle, Status};
 use approval_core::{ProposalId, Timestamp};
