@@ -124,17 +124,22 @@ pub fn check(view: &Value, expected: Option<&ProposalId>, server_id: &ServerId) 
             quote(status_text)
         ))
     })?;
-    let quorum = view
-        .get("quorum")
-        .and_then(|q| serde_json::from_value::<QuorumView>(q.clone()).ok())
-        .unwrap_or_else(|| QuorumView {
+    // Shown, never used to decide what is signed; but a list that does not parse is
+    // refused rather than shown as "none yet" (which would also hide that this
+    // approver already decided).
+    let quorum = match view.get("quorum") {
+        None => QuorumView {
             need: policy.spec().quorum,
             ..QuorumView::default()
-        });
-    let decisions = view
-        .get("decisions")
-        .and_then(|d| serde_json::from_value::<Vec<DecisionView>>(d.clone()).ok())
-        .unwrap_or_default();
+        },
+        Some(q) => serde_json::from_value::<QuorumView>(q.clone())
+            .map_err(|e| not_understood("quorum", &e))?,
+    };
+    let decisions = match view.get("decisions") {
+        None => Vec::new(),
+        Some(d) => serde_json::from_value::<Vec<DecisionView>>(d.clone())
+            .map_err(|e| not_understood("decisions", &e))?,
+    };
     let executable_until = view
         .get("executable_until")
         .and_then(Value::as_str)
@@ -154,6 +159,14 @@ pub fn check(view: &Value, expected: Option<&ProposalId>, server_id: &ServerId) 
         executable_until,
         executable_from,
     })
+}
+
+fn not_understood(name: &str, e: &serde_json::Error) -> anyhow::Error {
+    refused(format!(
+        "the server's `{name}` is not understood ({}): refused, nothing signed. \
+         A newer server may need a newer signer-cli; otherwise tell whoever runs the server.",
+        escape(&e.to_string())
+    ))
 }
 
 fn names(list: &[impl std::fmt::Display]) -> String {

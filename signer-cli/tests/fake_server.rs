@@ -670,3 +670,23 @@ fn watch_notify_without_a_desktop_says_so_once_and_goes_on_printing() {
     assert_eq!(lines.len(), 1, "still printed: {stdout}\n{stderr}");
     assert!(lines[0].starts_with("NEW p-1  note.write"), "{}", lines[0]);
 }
+
+#[test]
+fn approve_refuses_a_decision_list_it_cannot_read_instead_of_showing_none() {
+    // A list that does not parse used to be shown as "none yet", which also hid
+    // that this approver had already decided.
+    let mut v = good();
+    v["decisions"] = json!([{"approver": "alice", "decision": "maybe", "at": "soon"}]);
+    let (env, fake, key) = setup(v);
+    let r = env.run(&[
+        "approve", "p-1", "--yes", "--server", &fake.url, "--key", &key,
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("`decisions` is not understood"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("nothing signed"), "{}", r.stderr);
+    assert_eq!(fake.posts(), 0);
+}

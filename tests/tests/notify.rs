@@ -35,6 +35,15 @@ async fn agent_text_cannot_form_slack_links_and_webhooks_carry_no_payload() -> a
         .await?;
     prep.expect("PENDING_QUORUM", false);
     let (id, hash) = (prep.proposal_id(), prep.preview_sha256());
+    // A `waiting` notice says who is still needed only while the proposal is still
+    // PENDING when it is sent: let the first be delivered before anyone approves
+    // (on a loaded machine the deliverer can otherwise send it after quorum).
+    poll_until(
+        "the first json notification",
+        Duration::from_secs(20),
+        || async { Ok((!json_rx.bodies().is_empty()).then_some(())) },
+    )
+    .await?;
     w.signer("alice", &server).approve(&id).await?;
     w.signer("bob", &server).approve(&id).await?;
     mcp.wait_status(&id, "APPROVED", Duration::from_secs(10))

@@ -4,8 +4,8 @@
 //!
 //! May import the store, the record, `long_poll` and core.
 
-use super::{Service, ServiceError, MAX_LIST, MAX_WAIT_SECONDS};
 use super::long_poll;
+use super::{Service, ServiceError, MAX_LIST, MAX_WAIT_SECONDS};
 use crate::record::ProposalRecord;
 use crate::store::{Cursor, HeadPage, ListIndex};
 use approval_core::ids::AgentName;
