@@ -48,7 +48,7 @@ pub use ids::{ApproverName, Kind, ProposalId, ServerId, Sha256Hex};
 pub use keyring::{Keyring, KeyringError, PublicKey};
 pub use message::{Decision, SignedDecision};
 pub use policy::{DisabledKind, KindState, Policy, PolicyError, PolicySet};
-pub use preview::Preview;
+pub use preview::{Execution, Preview};
 pub use quorum::{evaluate, QuorumOutcome, Tally};
 pub use receipt::{
     verify_receipt, verify_receipt_attested, Receipt, ReceiptError, VerifiedReceipt,

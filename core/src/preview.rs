@@ -45,6 +45,28 @@ pub struct Preview {
     /// hashes) are exactly as before. Written in its one spelling (`"1m"`, not `"60s"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown: Option<Seconds>,
+    /// Who runs it once approved: absent, the agent (with `approval_execute`);
+    /// `"on_quorum"`, the gate itself, as soon as quorum (and any cooldown) allows.
+    /// Set when the agent called an exposed kind as a tool of its own (issue #33), so
+    /// that approvers sign that nobody waits for a second step. Absent otherwise, so
+    /// other previews (and their hashes) are exactly as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Execution>,
+}
+
+/// Who runs an approved proposal, when it is not the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    /// The gate runs it once, as soon as it is executable.
+    OnQuorum,
+}
+
+impl Preview {
+    /// Whether the gate runs this proposal itself once it is executable.
+    pub fn on_quorum(&self) -> bool {
+        self.execution == Some(Execution::OnQuorum)
+    }
 }
 
 /// A preview that cannot be read or hashed.
@@ -83,6 +105,12 @@ impl Preview {
                     c.to_spec()
                 )));
             }
+        }
+        if v.get("execution").is_some() && p.execution.is_none() {
+            // `null` reads as absent, but the hash is over the bytes received.
+            return Err(PreviewError::Shape(
+                "execution is null: leave it out, or write \"on_quorum\"".into(),
+            ));
         }
         json::check_value(&p.payload)?;
         Ok(p)
@@ -196,6 +224,33 @@ mod tests {
             Preview::from_value(&v),
             Err(PreviewError::Shape(_))
         ));
+    }
+
+    #[test]
+    fn on_quorum_execution_is_signed_only_when_set_and_in_its_one_spelling() {
+        let without = Preview::from_value(&sample()).unwrap();
+        assert!(!without.on_quorum());
+        assert!(!String::from_utf8(without.canonical_bytes())
+            .unwrap()
+            .contains("execution"));
+        let mut v = sample();
+        v["execution"] = json!("on_quorum");
+        let with = Preview::from_value(&v).unwrap();
+        assert!(with.on_quorum());
+        assert_eq!(with.to_value(), v);
+        assert_ne!(with.sha256(), without.sha256());
+        for bad in [
+            json!("agent"),
+            json!(false),
+            json!(null),
+            json!("ON_QUORUM"),
+        ] {
+            v["execution"] = bad.clone();
+            assert!(
+                matches!(Preview::from_value(&v), Err(PreviewError::Shape(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -75,5 +75,6 @@ pub fn preview(payload: Value) -> Preview {
         expires_at: Timestamp::from_unix(NOW + 1800),
         policy_sha256: policy().sha256(),
         cooldown: None,
+        execution: None,
     }
 }

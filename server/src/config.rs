@@ -14,7 +14,9 @@
 use crate::agents::Agents;
 use approval_core::policy::PolicyError;
 use approval_core::{Keyring, PolicySet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Where the configuration comes from.
@@ -39,6 +41,10 @@ pub struct Config {
     pub keyring: Keyring,
     /// Agent tokens; `None` means loopback clients only, as `local`.
     pub agents: Option<Agents>,
+    /// What downstream MCP servers say of the tools `tools/list` shows for them
+    /// (issue #33: exposed kinds and pass-through tools), by tool name. Filled by the
+    /// service's tool step ([`crate::service::tools`]), never by reading files.
+    pub downstream_tools: Arc<BTreeMap<String, rmcp::model::Tool>>,
 }
 
 /// Why the configuration could not be loaded.
@@ -145,6 +151,7 @@ impl ConfigSource {
             policies,
             keyring,
             agents,
+            downstream_tools: Default::default(),
         })
     }
 
@@ -167,6 +174,7 @@ impl Config {
             policies: self.policies.rechecked(&keyring),
             keyring,
             agents: self.agents.clone(),
+            downstream_tools: self.downstream_tools.clone(),
         }
     }
 

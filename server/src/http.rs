@@ -364,15 +364,26 @@ pub(crate) fn check_request(text: &str, modern: bool) -> Option<Response> {
         return None;
     }
     let v = &parsed.value;
-    let is_prepare = v.get("method").and_then(Value::as_str) == Some("tools/call")
-        && v.pointer("/params/name").and_then(Value::as_str) == Some("approval_prepare");
-    if is_prepare {
-        if let Some(p) = parsed.problems.iter().find(|p| {
-            p.pointer == "/params/arguments/payload"
-                || p.pointer.starts_with("/params/arguments/payload/")
-        }) {
+    // Where the payload is: `approval_prepare`'s `payload`, or the whole arguments of
+    // a call to any other tool (an exposed kind's arguments are its payload, issue #33).
+    let payload_at = match (
+        v.get("method").and_then(Value::as_str),
+        v.pointer("/params/name").and_then(Value::as_str),
+    ) {
+        (Some("tools/call"), Some("approval_prepare")) => Some("/params/arguments/payload"),
+        (Some("tools/call"), Some(name)) if mcp::ToolName::parse(name).is_none() => {
+            Some("/params/arguments")
+        }
+        _ => None,
+    };
+    if let Some(at) = payload_at {
+        if let Some(p) = parsed
+            .problems
+            .iter()
+            .find(|p| p.pointer == at || p.pointer.starts_with(&format!("{at}/")))
+        {
             let mut result =
-                serde_json::to_value(mcp::invalid_payload_result(p)).unwrap_or(Value::Null);
+                serde_json::to_value(mcp::invalid_payload_result(p, at)).unwrap_or(Value::Null);
             if !modern {
                 // `resultType` exists from 2026-07-28 on; older clients get the older shape.
                 if let Some(o) = result.as_object_mut() {

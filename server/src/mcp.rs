@@ -11,6 +11,12 @@
 //! bearer token (or the loopback peer) and puts an [`AgentName`] in the request's
 //! extensions, which rmcp hands to us with the request parts.
 
+mod gated;
+mod tasks;
+
+pub use gated::APPROVAL_META;
+pub use tasks::{DISPOSITION_META, POLL_INTERVAL_MS};
+
 use crate::record::ProposalRecord;
 use crate::service::{Service, ServiceError, MAX_LIST};
 use crate::store::Cursor;
@@ -22,9 +28,10 @@ use approval_core::quorum::{GroupShortfall, QuorumOutcome};
 use approval_core::status::Status;
 use approval_core::Code;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
-    JsonObject, JsonRpcMessage, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    RequestId, ServerCapabilities, ServerResult, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
+    GetTaskResult, Implementation, InitializeResult, JsonObject, JsonRpcMessage, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, RequestId, ServerCapabilities, ServerResult, Tool,
+    ToolAnnotations, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, TxJsonRpcMessage};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -367,6 +374,13 @@ impl McpHandler {
                     rec.id()
                 )
             }
+            Status::Approved if rec.preview.on_quorum() => match rec.lifecycle.cooling_down_until(now) {
+                Some(from) => format!(
+                    "Quorum reached; the policy's cooldown runs until {from}, and approvers can still revoke or veto it until then. \
+                     The gate then runs it itself (it was proposed to run on quorum): do not call approval_execute. Poll approval_status for the result."
+                ),
+                None => "Quorum reached: the gate runs it itself (it was proposed to run on quorum). Do not call approval_execute; poll approval_status for the result.".into(),
+            },
             Status::Approved => match rec.lifecycle.cooling_down_until(now) {
                 Some(from) => format!(
                     "Quorum reached, but the policy's cooldown runs until {from}: approval_execute is refused (COOLING_DOWN) until then, \
@@ -426,6 +440,7 @@ impl McpHandler {
             }),
             proposals: None,
             next_cursor: None,
+            next: None,
         })
     }
 
@@ -453,11 +468,10 @@ impl McpHandler {
             };
         }
         let Some(tool) = ToolName::parse(name) else {
+            let mut all: Vec<String> = TOOLS.iter().map(|t| t.wire.to_owned()).collect();
+            all.extend(gated::names(&self.svc.config()));
             return Err(McpError::invalid_params(
-                format!(
-                    "unknown tool {name:?}: the tools are {}",
-                    TOOLS.iter().map(|t| t.wire).collect::<Vec<_>>().join(", ")
-                ),
+                format!("unknown tool {name:?}: the tools are {}", all.join(", ")),
                 None,
             ));
         };
@@ -588,7 +602,16 @@ pub fn protocol_versions() -> Vec<ProtocolVersion> {
 
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> InitializeResult {
-        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        let mut caps = ServerCapabilities::builder().enable_tools().build();
+        // MCP tasks (SEP-2663) for calls to exposed kinds, and the tool-approval
+        // draft (SEP-2848) they follow: see PROTOCOL §6.
+        let ext = caps.extensions.get_or_insert_with(Default::default);
+        ext.insert(rmcp::model::TASKS_EXTENSION_ID.into(), JsonObject::new());
+        ext.insert(
+            "io.modelcontextprotocol/tool-approval".into(),
+            JsonObject::new(),
+        );
+        let mut info = InitializeResult::new(caps);
         info.protocol_version = ProtocolVersion::V_2025_11_25;
         info.server_info = Implementation::new("approval-server", env!("CARGO_PKG_VERSION"));
         info.instructions = Some(
@@ -609,14 +632,15 @@ impl ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let kinds: Vec<(String, String)> = self
-            .svc
-            .config()
+        let config = self.svc.config();
+        let kinds: Vec<(String, String)> = config
             .policies
             .iter()
             .map(|p| (p.kind().to_string(), kind_description(p.spec())))
             .collect();
-        Ok(ListToolsResult::with_all_items(tools(&kinds)))
+        let mut all = tools(&kinds);
+        all.extend(gated::listed(&config));
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(
@@ -624,28 +648,117 @@ impl ServerHandler for McpHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let from_http = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<AgentName>().cloned());
-        let agent = match (from_http, &self.stdio) {
-            (Some(a), _) => a,
-            (None, Some(id)) => id.agent(&self.svc.config())?,
-            (None, None) => {
-                return Err(McpError::invalid_request(
-                    "no authenticated agent on this request",
-                    None,
-                ))
-            }
-        };
-        Ok(self.call_as(&agent, request).await?.into())
+        let agent = self.agent_of(&context)?;
+        // SEP-2663: a task only for a request that declared the extension.
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        self.call_with(&agent, request, tasks).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let agent = self.agent_of(&context)?;
+        let answer = self.get_task_for(&agent, &request.task_id);
+        // Never report a state whose fsync is still pending.
+        self.svc
+            .settle()
+            .await
+            .map_err(|e| McpError::internal_error(e.message, None))?;
+        answer
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let agent = self.agent_of(&context)?;
+        self.cancel_task_for(&agent, &request.task_id).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let agent = self.agent_of(&context)?;
+        // Known or not, our tasks never ask the client for input.
+        self.get_task_for(&agent, &request.task_id)?;
+        Err(McpError::invalid_params(
+            "this task asks for no input: it waits for human approvers, who sign elsewhere; poll tasks/get",
+            None,
+        ))
     }
 }
 
 impl McpHandler {
-    /// One tool call by `agent`: what rmcp's `call_tool` runs, and what the embedded
-    /// stdio transport runs without rmcp's session loop (see `stdio::session::serve_lines`).
+    /// The agent a request acts as: from the HTTP layer's authentication, or the
+    /// stdio session's identity.
+    fn agent_of(&self, context: &RequestContext<RoleServer>) -> Result<AgentName, McpError> {
+        let from_http = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<AgentName>().cloned());
+        match (from_http, &self.stdio) {
+            (Some(a), _) => Ok(a),
+            (None, Some(id)) => id.agent(&self.svc.config()),
+            (None, None) => Err(McpError::invalid_request(
+                "no authenticated agent on this request",
+                None,
+            )),
+        }
+    }
+
+    /// One tool call by `agent`, with a task for an exposed kind when the request
+    /// declared the tasks extension (`tasks`).
+    pub async fn call_with(
+        &self,
+        agent: &AgentName,
+        request: CallToolRequestParams,
+        tasks: bool,
+    ) -> Result<CallToolResponse, McpError> {
+        if ToolName::parse(&request.name).is_none() {
+            let config = self.svc.config();
+            match gated::lookup(&config, &request.name) {
+                Some(gated::Gated::Kind(p)) => {
+                    let args = request.arguments.unwrap_or_default();
+                    return self.call_exposed(agent, &p, args, tasks).await;
+                }
+                Some(gated::Gated::PassThrough(p)) => {
+                    let args = request.arguments.unwrap_or_default();
+                    return Ok(self.call_pass_through(&p, &request.name, args).await.into());
+                }
+                None => {}
+            }
+        }
+        Ok(self.call_plain(agent, request).await?.into())
+    }
+}
+
+impl McpHandler {
+    /// One tool call by `agent` without the tasks extension: what the direct paths
+    /// run (`http::direct`, and the embedded stdio transport without rmcp's session
+    /// loop, see `stdio::session::serve_lines`).
     pub async fn call_as(
+        &self,
+        agent: &AgentName,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        match self.call_with(agent, request, false).await? {
+            CallToolResponse::Complete(r) => Ok(r),
+            _ => Err(McpError::internal_error(
+                "a call without the tasks extension made a task",
+                None,
+            )),
+        }
+    }
+
+    /// One call to one of the gate's own tools.
+    async fn call_plain(
         &self,
         agent: &AgentName,
         request: CallToolRequestParams,
@@ -723,13 +836,10 @@ pub fn plain_call(body: &[u8]) -> Option<(RequestId, CallToolRequestParams)> {
 }
 
 /// The refusal for a payload the exact-JSON check caught before rmcp parsed the request.
-pub fn invalid_payload_result(err: &approval_core::json::PayloadError) -> CallToolResult {
+/// `at` is where the payload is in the request: its pointer is made relative to it.
+pub fn invalid_payload_result(err: &approval_core::json::PayloadError, at: &str) -> CallToolResult {
     let mut e = err.clone();
-    e.pointer = e
-        .pointer
-        .strip_prefix("/params/arguments/payload")
-        .unwrap_or(&e.pointer)
-        .to_owned();
+    e.pointer = e.pointer.strip_prefix(at).unwrap_or(&e.pointer).to_owned();
     refusal(&ServiceError::new(
         Code::InvalidPayload,
         format!("payload {e}"),

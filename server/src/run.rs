@@ -189,6 +189,12 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
     if voided > 0 {
         tracing::warn!("{}", ended_message(&policy_changed(&svc, &open)));
     }
+    // The gate runs on-quorum proposals itself; approvals that landed while it was
+    // down run now (their claim is still the one compare-and-swap).
+    tokio::spawn(crate::service::on_quorum::run_forever(svc.clone()));
+    svc.sweep_on_quorum()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(svc)
 }
 
@@ -519,6 +525,9 @@ fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signa
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(n, "execution leases expired: OUTCOME_UNKNOWN"),
                 Err(e) => tracing::error!(error = %e, "lease sweep failed"),
+            }
+            if let Err(e) = sweeper.sweep_on_quorum().await {
+                tracing::error!(error = %e, "on-quorum sweep failed");
             }
         }
     });

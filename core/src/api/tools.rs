@@ -138,6 +138,10 @@ pub struct ToolOutput {
     /// Listing: pass this as cursor to get the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    /// After a call to an exposed kind without the tasks extension (issue #33): what
+    /// to do next, in words (wait with approval_status; the gate runs it on quorum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 impl ToolOutput {
@@ -161,6 +165,7 @@ impl ToolOutput {
             result: None,
             proposals: None,
             next_cursor: None,
+            next: None,
         }
     }
 }

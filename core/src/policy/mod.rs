@@ -27,7 +27,10 @@ pub use executor::{ExecutorConfig, MAX_EXECUTOR_TIMEOUT};
 pub use model::{Policy, PolicyError};
 pub use payload::{PayloadRefusal, MAX_PAYLOAD_NESTING};
 pub use set::{DisabledKind, KindState, PolicySet};
-pub use spec::{PolicySpec, Requirement, DEFAULT_MAX_PAYLOAD_BYTES, MAX_MAX_PAYLOAD_BYTES};
+pub use spec::{
+    is_tool_name, PolicySpec, Requirement, DEFAULT_MAX_PAYLOAD_BYTES, MAX_MAX_PAYLOAD_BYTES,
+    RESERVED_TOOL_PREFIX,
+};
 
 #[cfg(test)]
 mod tests;

@@ -220,6 +220,7 @@ impl Policy {
                 ));
             }
         }
+        check_tools(&spec).map_err(|(key, m)| err(at(key), m))?;
         check_executor(&spec.executor).map_err(|(table, key, m)| {
             let line = src.and_then(|s| {
                 line_in_table(s, table, &key)
@@ -318,4 +319,55 @@ impl Policy {
     pub fn check_payload(&self, payload: &Value) -> Result<(), PayloadRefusal> {
         payload::check(payload, &self.spec, self.schema.as_deref())
     }
+}
+
+/// Checks `expose` and `pass_through`: the names they put in `tools/list` must be
+/// valid tool names that cannot be taken for the gate's own tools, and only a policy
+/// that runs a downstream MCP tool can let that server's other tools through.
+fn check_tools(spec: &PolicySpec) -> Result<(), (&'static str, String)> {
+    use super::spec::{is_tool_name, RESERVED_TOOL_PREFIX};
+    if spec.expose && spec.kind.as_str().starts_with(RESERVED_TOOL_PREFIX) {
+        return Err((
+            "expose",
+            format!(
+                "kind {:?} cannot be exposed as a tool: names starting with {RESERVED_TOOL_PREFIX:?} are the gate's own tools; rename the kind",
+                spec.kind.as_str()
+            ),
+        ));
+    }
+    if spec.pass_through.is_empty() {
+        return Ok(());
+    }
+    let Some(own) = spec.executor.mcp_tool() else {
+        return Err((
+            "pass_through",
+            "pass_through lists tools of the downstream MCP server this policy runs, so it needs an executor of type \"mcp\": remove it, or set the executor".into(),
+        ));
+    };
+    let mut seen = BTreeSet::new();
+    for t in &spec.pass_through {
+        if !is_tool_name(t) || t.starts_with(RESERVED_TOOL_PREFIX) {
+            return Err((
+                "pass_through",
+                format!(
+                    "pass_through names {t:?}, which is not a tool name this gate can list: use the downstream tool's name (1-128 letters, digits, '_', '-' or '.', not starting with {RESERVED_TOOL_PREFIX:?})"
+                ),
+            ));
+        }
+        if t == own {
+            return Err((
+                "pass_through",
+                format!(
+                    "pass_through names {t:?}, the tool this policy gates: a tool is either gated or passed through; remove it from pass_through"
+                ),
+            ));
+        }
+        if !seen.insert(t) {
+            return Err((
+                "pass_through",
+                format!("pass_through lists {t:?} twice: list each once"),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -207,7 +207,25 @@ impl PolicySet {
             };
             all.insert(p.kind().clone(), (Arc::new(p), source));
         }
+        errors.extend(
+            tool_name_clashes(&all, files)
+                .into_iter()
+                .map(|e| (e, true)),
+        );
         (Self::partition(all, keyring), errors)
+    }
+
+    /// The policies that list the kind as a tool of its own (`expose = true`).
+    pub fn exposed(&self) -> impl Iterator<Item = &Arc<Policy>> {
+        self.by_kind.values().filter(|p| p.spec().expose)
+    }
+
+    /// The policy whose `pass_through` lists `tool`, if any (at most one: a clash
+    /// refuses the load).
+    pub fn passing_through(&self, tool: &str) -> Option<&Arc<Policy>> {
+        self.by_kind
+            .values()
+            .find(|p| p.spec().pass_through.iter().any(|t| t == tool))
     }
 
     /// Splits policies into enabled and disabled under `keyring`.
@@ -346,4 +364,37 @@ impl PolicySet {
     pub fn is_empty(&self) -> bool {
         self.by_kind.is_empty()
     }
+}
+
+/// Every tool name that two policies would both put in `tools/list`: a
+/// pass-through tool listed twice, or named like an exposed kind. One name must mean
+/// one thing, so such a load is refused; the error is on the second file.
+fn tool_name_clashes(
+    all: &BTreeMap<Kind, (Arc<Policy>, Source)>,
+    files: &[(String, String)],
+) -> Vec<PolicyError> {
+    let mut owner: BTreeMap<&str, &str> = all
+        .values()
+        .filter(|(p, _)| p.spec().expose)
+        .map(|(p, s)| (p.kind().as_str(), s.file.as_str()))
+        .collect();
+    let mut errors = Vec::new();
+    for (p, s) in all.values() {
+        for t in &p.spec().pass_through {
+            if let Some(first) = owner.insert(t, &s.file) {
+                let src = files
+                    .iter()
+                    .find(|(f, _)| f == &s.file)
+                    .map(|(_, src)| src.as_str());
+                errors.push(PolicyError {
+                    file: s.file.clone(),
+                    line: src.and_then(|src| line_of_key(src, "pass_through")),
+                    message: format!(
+                        "pass_through lists {t:?}, which {first} already puts in tools/list (as an exposed kind or a pass-through tool): one tool name must mean one thing; remove it from one of them"
+                    ),
+                });
+            }
+        }
+    }
+    errors
 }

@@ -86,4 +86,28 @@ pub struct PolicySpec {
     /// without it keeps its hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<crate::notify::NotifyChannel>,
+    /// List the kind in `tools/list` as a tool of its own, named by the kind (issue
+    /// #33): a call to it is a proposal the gate runs itself once approved. Left out
+    /// of the canonical form when false, so a policy without it keeps its hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expose: bool,
+    /// Tools of the same downstream MCP server (this policy's `mcp` executor) that
+    /// agents may call directly, without approval: read-only tools such as
+    /// `git_status`. Written here, so approvers see it in the policy hash; never the
+    /// agent's to decide. Left out of the canonical form when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_through: Vec<String>,
+}
+
+/// The prefix of the gate's own tools (`approval_prepare`, ...): no exposed kind or
+/// pass-through tool may start with it, so an agent always knows which is which.
+pub const RESERVED_TOOL_PREFIX: &str = "approval_";
+
+/// Whether `name` is a valid MCP tool name (MCP 2025-11-25, SEP-986): 1 to 128
+/// ASCII letters, digits, `_`, `-` and `.`.
+pub fn is_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }

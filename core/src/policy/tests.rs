@@ -340,3 +340,111 @@ fn payload_schema_from_tool_is_disabled_until_the_schema_arrives() {
     let bad = set.with_tool_schemas(BTreeMap::from([(kind.clone(), Ok(json!({"type": 7})))]));
     assert!(bad.get(&kind).is_none());
 }
+
+#[test]
+fn expose_and_pass_through_leave_other_policies_hashes_alone_and_are_checked() {
+    // Absent or default, the canonical form (and so the hash) is as before.
+    let plain = parse(GOOD).unwrap();
+    let exposed_false = parse(&format!("expose = false\n{GOOD}")).unwrap();
+    assert_eq!(plain.sha256(), exposed_false.sha256());
+    assert!(!plain.canonical_json().to_string().contains("expose"));
+    let exposed = parse(&format!("expose = true\n{GOOD}")).unwrap();
+    assert_ne!(plain.sha256(), exposed.sha256());
+    assert!(exposed.spec().expose);
+
+    // A kind named like the gate's own tools cannot be exposed.
+    let e = Policy::parse_toml(
+        "approval_execute.toml",
+        &GOOD
+            .replace("email.send", "approval_execute")
+            .replace("description", "expose = true\ndescription"),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("gate's own tools"), "{e}");
+    assert_eq!(e.line, Some(2));
+
+    let ok = Policy::parse_toml(
+        "fs.write.toml",
+        &mcp_policy("command = [\"srv\"]\ntool = \"write_file\"\n").replace(
+            "quorum = 1",
+            "quorum = 1\npass_through = [\"read_file\", \"list_directory\"]",
+        ),
+    )
+    .unwrap();
+    assert_eq!(ok.spec().pass_through, ["read_file", "list_directory"]);
+    for (list, says) in [
+        ("[\"write_file\"]", "the tool this policy gates"),
+        ("[\"a\", \"a\"]", "twice"),
+        ("[\"approval_status\"]", "not a tool name"),
+        ("[\"has space\"]", "not a tool name"),
+        ("[\"\"]", "not a tool name"),
+    ] {
+        let e = Policy::parse_toml(
+            "fs.write.toml",
+            &mcp_policy("command = [\"srv\"]\ntool = \"write_file\"\n")
+                .replace("quorum = 1", &format!("quorum = 1\npass_through = {list}")),
+        )
+        .unwrap_err();
+        assert!(e.message.contains(says), "{list}: {e}");
+        assert_eq!(e.line, Some(3), "{list}: {e}");
+    }
+    let e = parse(&format!("pass_through = [\"x\"]\n{GOOD}")).unwrap_err();
+    assert!(
+        e.message.contains("needs an executor of type \"mcp\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn one_tool_name_means_one_thing_across_policies() {
+    let gate = |kind: &str, tool: &str, pass: &str| {
+        mcp_policy(&format!("command = [\"srv\"]\ntool = \"{tool}\"\n"))
+            .replace("fs.write", kind)
+            .replace(
+                "quorum = 1",
+                &format!("quorum = 1\nexpose = true\npass_through = {pass}"),
+            )
+    };
+    let files = vec![
+        (
+            "fs.write.toml".to_owned(),
+            gate("fs.write", "write_file", "[\"read_file\"]"),
+        ),
+        (
+            "fs.move.toml".to_owned(),
+            gate("fs.move", "move_file", "[\"list\"]"),
+        ),
+    ];
+    let set = PolicySet::load(&files, &keyring()).unwrap();
+    assert_eq!(set.exposed().count(), 2);
+    assert_eq!(
+        set.passing_through("read_file").map(|p| p.kind().as_str()),
+        Some("fs.write")
+    );
+    assert!(set.passing_through("write_file").is_none());
+    // The same pass-through twice, or a pass-through named like an exposed kind.
+    for clash in ["[\"read_file\"]", "[\"fs.write\"]"] {
+        let files = vec![
+            files[0].clone(),
+            (
+                "fs.move.toml".to_owned(),
+                gate("fs.move", "move_file", clash),
+            ),
+        ];
+        let errors = PolicySet::load(&files, &keyring()).unwrap_err();
+        assert_eq!(errors.len(), 1, "{clash}: {errors:?}");
+        assert!(
+            errors[0]
+                .message
+                .contains("one tool name must mean one thing"),
+            "{errors:?}"
+        );
+        // The error is on one file and names the other.
+        let (on, names) = (&errors[0].file, &errors[0].message);
+        assert!(
+            (on == "fs.move.toml" && names.contains("fs.write.toml"))
+                || (on == "fs.write.toml" && names.contains("fs.move.toml")),
+            "{errors:?}"
+        );
+    }
+}

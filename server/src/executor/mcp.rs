@@ -298,6 +298,123 @@ pub async fn resolve_tool_schemas(mut config: crate::config::Config) -> crate::c
     config
 }
 
+/// Reads, from each downstream server that an exposed kind or a pass-through list
+/// names, the definitions of those tools (issue #33): `tools/list` shows a pass-through
+/// tool as the downstream defines it, and an exposed kind with the downstream tool's
+/// own description. One listing per server, all at once, each within the schema
+/// fetch limit. A server that cannot be read is logged and its tools are not listed
+/// (fail closed: a pass-through tool nobody could describe is not offered).
+pub async fn resolve_downstream_tools(mut config: crate::config::Config) -> crate::config::Config {
+    // Per downstream: (key in the catalogue, the downstream's tool name). A
+    // pass-through tool is keyed by its name, an exposed kind by the kind (two
+    // servers may have tools of one name; pass-through names are unique by the
+    // policy set's check, and never a kind's).
+    type Wanted = (Downstream, Duration, Vec<(String, String)>);
+    let mut wanted: Vec<Wanted> = Vec::new();
+    for p in config.policies.iter() {
+        let cfg = &p.spec().executor;
+        let (Some(d), Some(tool), ExecutorConfig::Mcp { timeout, .. }) =
+            (Downstream::of(cfg), cfg.mcp_tool(), cfg)
+        else {
+            continue;
+        };
+        let mut names: Vec<(String, String)> = p
+            .spec()
+            .pass_through
+            .iter()
+            .map(|t| (t.clone(), t.clone()))
+            .collect();
+        if p.spec().expose {
+            names.push((p.kind().to_string(), tool.to_owned()));
+        }
+        if names.is_empty() {
+            continue;
+        }
+        let limit = Duration::from_secs(timeout.get()).min(SCHEMA_FETCH_LIMIT);
+        match wanted.iter_mut().find(|(x, _, _)| *x == d) {
+            Some((_, l, n)) => {
+                n.extend(names);
+                *l = (*l).max(limit);
+            }
+            None => wanted.push((d, limit, names)),
+        }
+    }
+    if wanted.is_empty() {
+        return config;
+    }
+    let listed =
+        futures::future::join_all(wanted.into_iter().map(|(d, limit, names)| async move {
+            let tools = list_tools(&d, None, limit).await;
+            (d, names, tools)
+        }))
+        .await;
+    let mut found = BTreeMap::new();
+    for (d, names, tools) in listed {
+        let tools = match tools {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(downstream = %d.describe(), error = %e, "cannot list the downstream's tools: its pass-through tools are not offered");
+                continue;
+            }
+        };
+        for (key, tool) in names {
+            match tools.iter().find(|t| t.name == tool) {
+                Some(t) => {
+                    found.insert(key, t.clone());
+                }
+                None => {
+                    tracing::warn!(tool = %tool, downstream = %d.describe(), "the downstream lists no such tool: not offered")
+                }
+            }
+        }
+    }
+    config.downstream_tools = std::sync::Arc::new(found);
+    config
+}
+
+/// Calls a pass-through tool (issue #33): no proposal, no approval, the arguments as
+/// the agent sent them, and the downstream's answer as it is. Used only for the tools
+/// a policy's `pass_through` names. `Err` is the agent's to read (the operator's
+/// details are logged).
+pub async fn pass_through(
+    cfg: &ExecutorConfig,
+    tool: &str,
+    arguments: serde_json::Map<String, Value>,
+) -> Result<rmcp::model::CallToolResult, String> {
+    let (Some(d), ExecutorConfig::Mcp { timeout, .. }) = (Downstream::of(cfg), cfg) else {
+        return Err("this tool's policy has no mcp executor".into());
+    };
+    let limit = Duration::from_secs(timeout.get());
+    let work = async {
+        let session = connect(&d, tool).await.map_err(|e| {
+            logged(tool, &d, &e);
+            "the downstream MCP server could not be started or reached (the gate's log has the details)".to_owned()
+        })?;
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let answer = session.client.call_tool_once(params).await;
+        let overflow = session.overflow.get();
+        session.close().await;
+        match answer {
+            Ok(CallToolResponse::Complete(r)) => Ok(r),
+            Ok(_) => Err("the downstream answered with a result the gate cannot pass on (a task or an input request)".into()),
+            Err(rmcp::ServiceError::McpError(e)) => Err(format!(
+                "the downstream refused the call with error {}: {}",
+                e.code.0, e.message
+            )),
+            Err(e) => {
+                let why = overflow.unwrap_or_else(|| {
+                    logged(tool, &d, &e.to_string());
+                    "the connection to the downstream failed (the gate's log has the details)".into()
+                });
+                Err(why)
+            }
+        }
+    };
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {}s", limit.as_secs())))
+}
+
 /// The tool result as stored: whole when small, else an excerpt with its size.
 fn bounded_output(result: &Value) -> Value {
     let text = serde_json::to_string(result).unwrap_or_default();

@@ -94,6 +94,10 @@ impl Service {
             self.commit.flush().await?;
         }
         tracing::info!(id = %record.id(), approver = %d.approver, decision = %d.decision, status = %record.status(), "decision");
+        if record.preview.on_quorum() && record.status() == Status::Approved {
+            // Nobody calls execute for it: the gate does, once it may (`on_quorum`).
+            self.wake_on_quorum(record.id().clone());
+        }
         Ok(Decided {
             record,
             already_recorded: already,

@@ -29,6 +29,7 @@ mod error;
 mod events;
 mod execute;
 pub mod long_poll;
+pub mod on_quorum;
 mod policies;
 mod propose;
 mod read;
@@ -90,6 +91,8 @@ pub struct Service {
     runtime: Option<tokio::runtime::Handle>,
     /// `approval_status` waits held per agent (issue #31: capped, see `long_poll`).
     long_polls: long_poll::LongPolls,
+    /// On-quorum proposals that may have become executable (see `on_quorum`).
+    on_quorum: on_quorum::OnQuorumQueue,
 }
 
 /// The result of posting a decision.
@@ -149,6 +152,7 @@ impl Service {
             policies: Default::default(),
             runtime: tokio::runtime::Handle::try_current().ok(),
             long_polls: Default::default(),
+            on_quorum: Default::default(),
         })
     }
 

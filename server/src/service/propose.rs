@@ -10,18 +10,42 @@ use crate::record::{ProposalRecord, SCHEMA_VERSION};
 use approval_core::ids::AgentName;
 use approval_core::policy::{PayloadRefusal, Policy};
 use approval_core::status::Lifecycle;
-use approval_core::{Code, Kind, KindState, Preview, ProposalId};
+use approval_core::{Code, Execution, Kind, KindState, Preview, ProposalId};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 impl Service {
-    /// `approval_prepare`.
+    /// `approval_prepare`: a proposal the agent executes once approved.
     pub async fn prepare(
         &self,
         agent: &AgentName,
         kind: &str,
         payload: Value,
         summary: Option<String>,
+    ) -> Result<(ProposalRecord, Arc<Policy>), ServiceError> {
+        self.propose(agent, kind, payload, summary, None).await
+    }
+
+    /// A call to an exposed kind (issue #33): the arguments are the payload, and the
+    /// preview says the gate runs it on quorum (see `on_quorum`). Only a kind whose
+    /// policy sets `expose = true` may be proposed so.
+    pub async fn propose_on_quorum(
+        &self,
+        agent: &AgentName,
+        kind: &str,
+        payload: Value,
+    ) -> Result<(ProposalRecord, Arc<Policy>), ServiceError> {
+        self.propose(agent, kind, payload, None, Some(Execution::OnQuorum))
+            .await
+    }
+
+    async fn propose(
+        &self,
+        agent: &AgentName,
+        kind: &str,
+        payload: Value,
+        summary: Option<String>,
+        execution: Option<Execution>,
     ) -> Result<(ProposalRecord, Arc<Policy>), ServiceError> {
         let config = self.config();
         let kinds = || {
@@ -56,6 +80,14 @@ impl Service {
                 KindState::Unknown => return Err(unknown()),
             },
         };
+        if execution.is_some() && !policy.spec().expose {
+            return Err(ServiceError::new(
+                Code::UnknownKind,
+                format!(
+                    "kind {kind:?} is not exposed as a tool of its own (its policy does not set expose = true): propose it with approval_prepare"
+                ),
+            ));
+        }
         policy.check_payload(&payload).map_err(|e| {
             let hint = match &e {
                 PayloadRefusal::Schema { .. } => format!(
@@ -98,6 +130,7 @@ impl Service {
             expires_at: now.plus(policy.spec().ttl),
             policy_sha256: policy.sha256(),
             cooldown: policy.spec().cooldown,
+            execution,
         };
         let rec = ProposalRecord {
             schema: SCHEMA_VERSION,

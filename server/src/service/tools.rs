@@ -10,8 +10,11 @@ use crate::config::{Config, ConfigError, ConfigSource};
 
 /// [`ConfigSource::load`], then the input schemas of the downstream MCP tools that
 /// policies with `payload_schema_from_tool = true` take their payload schema from
-/// (a kind whose tool cannot be read stays disabled, with the reason).
+/// (a kind whose tool cannot be read stays disabled, with the reason), and the
+/// definitions of the downstream tools `tools/list` shows (exposed kinds and
+/// pass-through tools).
 pub async fn load_config(source: &ConfigSource) -> Result<Config, ConfigError> {
     let config = source.load()?;
-    Ok(crate::executor::mcp::resolve_tool_schemas(config).await)
+    let config = crate::executor::mcp::resolve_tool_schemas(config).await;
+    Ok(crate::executor::mcp::resolve_downstream_tools(config).await)
 }

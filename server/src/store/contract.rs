@@ -22,6 +22,7 @@ pub fn record(id: &str, agent: &str, created: i64) -> ProposalRecord {
         expires_at: Timestamp::from_unix(created + 1800),
         policy_sha256: Sha256Hex::digest(b"policy"),
         cooldown: None,
+        execution: None,
     };
     ProposalRecord {
         schema: SCHEMA_VERSION,

@@ -98,6 +98,10 @@ pub async fn start_with(policies: &[(&str, &str)], agents: Option<&str>) -> Test
         Arc::new(clock.clone()),
         ExecContext::new(dir.path().to_path_buf()),
     );
+    // What `run::start` does: the gate runs on-quorum proposals itself (issue #33).
+    tokio::spawn(approval_server::service::on_quorum::run_forever(
+        svc.clone(),
+    ));
     let (addr, task) = serve(svc.clone()).await;
     TestServer {
         dir,
