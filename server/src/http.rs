@@ -243,7 +243,7 @@ async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     // The body's bytes count against the parse budget from before they are read.
     let declared = parts
         .headers
@@ -287,6 +287,7 @@ async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
     {
         return resp;
     }
+    name_the_task(&mut parts.headers, &bytes);
     if let Some(direct) = &st.direct {
         if let Some(resp) = direct.answer(&st.svc, &parts, &bytes).await {
             return resp;
@@ -294,6 +295,39 @@ async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// rmcp refuses a `tasks/*` request without an `Mcp-Name` header (-32020), but the Tasks
+/// extension's clients (FastMCP's among them) do not send one: the task id in the body is the
+/// name. When the header is absent it is filled in from `params.taskId`; a header that is sent
+/// and disagrees with the body is left for rmcp to refuse.
+fn name_the_task(headers: &mut axum::http::HeaderMap, bytes: &[u8]) {
+    if headers.contains_key("mcp-name") {
+        return;
+    }
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        params: Option<ProbeParams>,
+    }
+    #[derive(serde::Deserialize)]
+    struct ProbeParams {
+        #[serde(rename = "taskId")]
+        task_id: Option<String>,
+    }
+    let Ok(probe) = serde_json::from_slice::<Probe>(bytes) else {
+        return;
+    };
+    if !probe.method.is_some_and(|m| m.starts_with("tasks/")) {
+        return;
+    }
+    let Some(id) = probe.params.and_then(|p| p.task_id) else {
+        return;
+    };
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        headers.insert("mcp-name", v);
+    }
 }
 
 /// The deepest nesting of arrays and objects serde_json (inside rmcp) accepts.

@@ -47,6 +47,24 @@ async fn server() -> TestServer {
 /// One JSON-RPC request of revision 2026-07-28 (stateless: what the request carries
 /// is all there is), as `token`'s agent, declaring the tasks extension or not.
 async fn rpc26(s: &TestServer, token: &str, tasks: bool, method: &str, params: Value) -> Value {
+    rpc26_named(s, token, tasks, method, params, Naming::FromBody).await
+}
+
+/// What `Mcp-Name` header a request carries.
+enum Naming {
+    FromBody,
+    Absent,
+    Given(&'static str),
+}
+
+async fn rpc26_named(
+    s: &TestServer,
+    token: &str,
+    tasks: bool,
+    method: &str,
+    params: Value,
+    naming: Naming,
+) -> Value {
     let caps = if tasks {
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
     } else {
@@ -58,11 +76,15 @@ async fn rpc26(s: &TestServer, token: &str, tasks: bool, method: &str, params: V
         "io.modelcontextprotocol/clientCapabilities": caps,
         "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"},
     });
-    let name = params
-        .get("name")
-        .or_else(|| params.get("taskId"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    let name = match naming {
+        Naming::FromBody => params
+            .get("name")
+            .or_else(|| params.get("taskId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        Naming::Absent => None,
+        Naming::Given(n) => Some(n.to_owned()),
+    };
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
     let mut req = s.http.post(s.mcp_url()).header("Mcp-Method", method);
     if let Some(n) = name {
@@ -648,4 +670,54 @@ async fn a_hundred_concurrent_task_polls_while_approvals_land_run_the_effect_onc
         );
     }
     assert_eq!(notes(&s), 1, "the effect ran once");
+}
+
+#[tokio::test]
+async fn tasks_get_without_an_mcp_name_header_is_named_by_its_task_id() {
+    // FastMCP's Tasks client sends no `Mcp-Name` on tasks/*; the body's taskId names it.
+    let s = server().await;
+    let v = rpc26(
+        &s,
+        TOKEN_A,
+        true,
+        "tools/call",
+        json!({"name": "note.write", "arguments": {"text": "unnamed"}}),
+    )
+    .await;
+    let id = v["result"]["taskId"].as_str().unwrap().to_owned();
+    let g = rpc26_named(
+        &s,
+        TOKEN_A,
+        true,
+        "tasks/get",
+        json!({"taskId": id}),
+        Naming::Absent,
+    )
+    .await;
+    assert_eq!(g["result"]["status"], "working", "{g}");
+    assert_eq!(g["result"]["taskId"], id.as_str(), "{g}");
+    // A header that is sent and names another task is still refused.
+    let g = rpc26_named(
+        &s,
+        TOKEN_A,
+        true,
+        "tasks/get",
+        json!({"taskId": id}),
+        Naming::Given("00000000000000000000000000000000"),
+    )
+    .await;
+    assert!(g["error"]["code"].is_i64(), "{g}");
+    assert!(g.get("result").is_none(), "{g}");
+    // And an unnamed cancel of it works as a named one does.
+    let c = rpc26_named(
+        &s,
+        TOKEN_A,
+        true,
+        "tasks/cancel",
+        json!({"taskId": id}),
+        Naming::Absent,
+    )
+    .await;
+    assert!(c.get("result").is_some(), "{c}");
+    assert_eq!(notes(&s), 0);
 }

@@ -352,6 +352,13 @@ impl Checked {
                 ),
             );
         }
+        if p.on_quorum() {
+            // Signed with the rest of the preview: no second step follows the approval.
+            line(
+                "runs",
+                "ON QUORUM: the gate runs it itself as soon as quorum is reached (after any cooldown); nobody confirms it again".into(),
+            );
+        }
         line("server", p.server_id.to_string());
         let mut pol = format!(
             "quorum {} of {}, vetoes {}",
@@ -371,6 +378,20 @@ impl Checked {
             line("", quote(&spec.description));
         }
         line("executes", self.executor_line());
+        if !spec.pass_through.is_empty() {
+            // Part of the policy approvers sign under: these need nobody's approval.
+            line(
+                "passes through",
+                format!(
+                    "{} (the same server's tools agents call without approval)",
+                    spec.pass_through
+                        .iter()
+                        .map(|t| escape(t))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
         line("policy_sha256", p.policy_sha256.to_string());
         o.push_str("payload:\n");
         o.push_str(&render_json(&p.payload));

@@ -690,3 +690,25 @@ fn approve_refuses_a_decision_list_it_cannot_read_instead_of_showing_none() {
     assert!(r.stderr.contains("nothing signed"), "{}", r.stderr);
     assert_eq!(fake.posts(), 0);
 }
+
+/// Issue #33: a proposal the gate runs by itself on quorum says so before anyone
+/// signs, and an ordinary one does not.
+#[test]
+fn show_says_when_the_gate_runs_a_proposal_on_quorum() {
+    let mut p = preview(SRV, "p-1", json!({"text": "hello"}), "write hello").to_value();
+    p["execution"] = json!("on_quorum");
+    let on_quorum = approval_core::Preview::from_value(&p).unwrap();
+    let (env, fake, key) = setup(view(&on_quorum));
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("runs            ON QUORUM: the gate runs it itself"),
+        "{}",
+        r.stdout
+    );
+    let (env, fake, key) = setup(good());
+    let r = env.run(&["show", "p-1", "--server", &fake.url, "--key", &key]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("ON QUORUM"), "{}", r.stdout);
+}

@@ -7,13 +7,20 @@
 #   * mcp 1.x (requirements-sdk1.txt, venv .venv-interop-sdk1/): Streamable HTTP and stdio with
 #     ClientSession and the initialize handshake.
 #   * then, with each SDK, the stdio flows again against the embedded gate: `approval-server stdio
-#     --data D ...` with no --connect, on a data folder nobody holds (issue #12).
+#     --data D ...` with no --connect, on a data folder nobody holds (issue #12);
+#   * FastMCP's client with the MCP tasks extension (requirements-fastmcp.txt, venv
+#     .venv-interop-fastmcp/, fastmcp_tasks_client.py): a gated tool under its own name, backed by
+#     the reference filesystem MCP server from npm, called with a plain `await client.call_tool`
+#     that waits on a task while signer-cli approves or rejects (issue #33). It runs its own
+#     approval-server on a policy written for it.
 #
-# Needs: Python 3 (with venv) and the binaries already built (this script does not build them):
+# Needs: Python 3 (with venv), node and npm (for the filesystem server) and the binaries already
+# built (this script does not build them):
 #   cargo build -p approval-server -p signer-cli
-# Env: TARGET_DIR (default target/debug, relative to the checkout); SDKS (default "2 1": which
-# SDK lines to run); FLOWS (comma-separated subset of python_client.py's flows, for one SDK);
-# KEEP_WORK_DIR=1 keeps the temp folder (keys, data, server logs).
+# Env: TARGET_DIR (default target/debug, relative to the checkout); SDKS (default "2 1 fastmcp":
+# which clients to run; "fastmcp" alone runs only the tasks flow); FLOWS (comma-separated subset
+# of python_client.py's flows, for one SDK; it does not affect the fastmcp run); KEEP_WORK_DIR=1
+# keeps the temp folder (keys, data, server logs).
 # Exit status is non-zero on any failure; the last line is `N passed, N failed`.
 set -euo pipefail
 # shellcheck source=tests/interop/lib.sh
@@ -26,7 +33,7 @@ PYTHON="${PYTHON:-python3}"
 ensure_venv() {
     local venv="$1" req="$2"
     if [ ! -x "$venv/bin/python" ] || ! cmp -s "$req" "$venv/.requirements.installed"; then
-        log "installing $(grep -E '^mcp==' "$req") into $venv"
+        log "installing $(grep -E '^(mcp|fastmcp-slim)==' "$req" | paste -sd' ' -) into $venv"
         rm -rf "$venv"
         "$PYTHON" -m venv "$venv"
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$req"
@@ -34,28 +41,64 @@ ensure_venv() {
     fi
 }
 
+# ensure_filesystem_server: sets FS_SERVER_INDEX to the dist/index.js of the reference filesystem
+# MCP server, at the version the cargo tests pin (FILESYSTEM_SERVER_VERSION in tests/src/lib.rs),
+# installed as they install it and into the same folder, <checkout>/target/npm-downstream (so a
+# `cargo test` run before this one already put it there): npm into a private folder, then renamed
+# into place. Run as `node index.js <allowed dir>`: no npx and no network at run time.
+ensure_filesystem_server() {
+    local pkg="@modelcontextprotocol/server-filesystem" version prefix private
+    version="$(sed -n 's/^pub const FILESYSTEM_SERVER_VERSION: &str = "\([^"]*\)";$/\1/p' "$REPO_ROOT/tests/src/lib.rs")"
+    [ -n "$version" ] || die "no FILESYSTEM_SERVER_VERSION in tests/src/lib.rs"
+    command -v node >/dev/null || die "node not found: the FastMCP flow runs $pkg with node (or leave fastmcp out of SDKS)"
+    prefix="$REPO_ROOT/target/npm-downstream"
+    FS_SERVER_INDEX="$prefix/node_modules/$pkg/dist/index.js"
+    fs_installed() {
+        [ -f "$1/node_modules/$pkg/dist/index.js" ] &&
+            [ "$(node -p 'require(process.argv[1]).version' "$1/node_modules/$pkg/package.json" 2>/dev/null)" = "$version" ]
+    }
+    fs_installed "$prefix" && return 0
+    command -v npm >/dev/null || die "npm not found: the FastMCP flow installs $pkg@$version with it"
+    private="$prefix.$$"
+    rm -rf "$private"
+    mkdir -p "$private"
+    log "installing $pkg@$version into $prefix"
+    if ! npm install --no-audit --no-fund --prefix "$private" "$pkg@$version" >"$WORK_DIR/npm.log" 2>&1 \
+        || ! fs_installed "$private"; then
+        cat "$WORK_DIR/npm.log" >&2
+        rm -rf "$private"
+        die "npm install --no-audit --no-fund --prefix $private $pkg@$version failed"
+    fi
+    # A stale, incomplete install is replaced; a complete one put there meanwhile wins.
+    if [ -e "$prefix" ] && ! fs_installed "$prefix"; then rm -rf "$prefix"; fi
+    [ -e "$prefix" ] || mv "$private" "$prefix"
+    rm -rf "$private"
+    fs_installed "$prefix" || die "$prefix holds no $pkg@$version after the install"
+}
+
 declare -a RUNS=()
-for sdk in ${SDKS:-2 1}; do
+FASTMCP_PY=""
+for sdk in ${SDKS:-2 1 fastmcp}; do
     case "$sdk" in
         2) ensure_venv "$REPO_ROOT/.venv-interop" "$REPO_ROOT/tests/interop/requirements.txt"
            RUNS+=("$REPO_ROOT/.venv-interop/bin/python") ;;
         1) ensure_venv "$REPO_ROOT/.venv-interop-sdk1" "$REPO_ROOT/tests/interop/requirements-sdk1.txt"
            RUNS+=("$REPO_ROOT/.venv-interop-sdk1/bin/python") ;;
-        *) die "SDKS: unknown SDK line '$sdk' (use 2 and/or 1)" ;;
+        fastmcp) ensure_venv "$REPO_ROOT/.venv-interop-fastmcp" "$REPO_ROOT/tests/interop/requirements-fastmcp.txt"
+           FASTMCP_PY="$REPO_ROOT/.venv-interop-fastmcp/bin/python" ;;
+        *) die "SDKS: unknown client '$sdk' (use 2, 1 and/or fastmcp)" ;;
     esac
 done
 
 start_server
 
 total_passed=0; total_failed=0; status=0
-for py in "${RUNS[@]}"; do
-    rc=0
+# counted CMD...: runs a test client whose last output line is `N passed, N failed` and adds it to
+# the totals (a client that died before its summary counts as one failure).
+counted() {
+    local rc summary
     set +e
-    "$py" "$REPO_ROOT/tests/interop/python_client.py" \
-        --mcp-url "$MCP_URL" --approver-url "$APPROVER_URL" \
-        --server-bin "$SERVER_BIN" --signer-bin "$SIGNER_BIN" --keys-dir "$KEYS_DIR" \
-        --sandbox-dir "$WORK_DIR/data/sandbox" \
-        ${FLOWS:+--flows "$FLOWS"} | tee "$WORK_DIR/report.txt"
+    "$@" | tee "$WORK_DIR/report.txt"
     rc="${PIPESTATUS[0]}"
     set -e
     summary="$(tail -n 1 "$WORK_DIR/report.txt")"
@@ -65,6 +108,14 @@ for py in "${RUNS[@]}"; do
         total_failed=$((total_failed + 1))   # the client died before its summary
     fi
     [ "$rc" -eq 0 ] || status=1
+}
+
+for py in "${RUNS[@]}"; do
+    counted "$py" "$REPO_ROOT/tests/interop/python_client.py" \
+        --mcp-url "$MCP_URL" --approver-url "$APPROVER_URL" \
+        --server-bin "$SERVER_BIN" --signer-bin "$SIGNER_BIN" --keys-dir "$KEYS_DIR" \
+        --sandbox-dir "$WORK_DIR/data/sandbox" \
+        ${FLOWS:+--flows "$FLOWS"}
 done
 
 # The embedded gate (issue #12): each stdio flow launches `approval-server stdio` on a data folder
@@ -82,28 +133,31 @@ for py in "${RUNS[@]}"; do
     [ -z "${FLOWS:-}" ] || flows="$(printf '%s' "$FLOWS" | tr ',' '\n' | grep '^stdio-' | paste -sd, -)" || true
     [ -n "$flows" ] || continue
     log "embedded stdio: $flows (approver API on 127.0.0.1:$EMBED_PORT)"
-    rc=0
-    set +e
-    "$py" "$REPO_ROOT/tests/interop/python_client.py" \
+    counted "$py" "$REPO_ROOT/tests/interop/python_client.py" \
         --mcp-url "http://127.0.0.1:$EMBED_PORT/mcp" --approver-url "http://127.0.0.1:$EMBED_PORT" \
         --server-bin "$SERVER_BIN" --signer-bin "$SIGNER_BIN" --keys-dir "$KEYS_DIR" \
-        --sandbox-dir "$EMBED_DATA/sandbox" --stdio-args "$EMBED_ARGS" --flows "$flows" | tee "$WORK_DIR/report.txt"
-    rc="${PIPESTATUS[0]}"
-    set -e
-    summary="$(tail -n 1 "$WORK_DIR/report.txt")"
-    if [[ "$summary" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
-        total_passed=$((total_passed + BASH_REMATCH[1])); total_failed=$((total_failed + BASH_REMATCH[2]))
-    else
-        total_failed=$((total_failed + 1))
-    fi
-    [ "$rc" -eq 0 ] || status=1
+        --sandbox-dir "$EMBED_DATA/sandbox" --stdio-args "$EMBED_ARGS" --flows "$flows"
 done
+
+# FastMCP + the tasks extension (issue #33): its own approval-server (started and stopped by the
+# script, in $WORK_DIR/fastmcp) with the same approver keys, gating the filesystem server.
+n_clients=${#RUNS[@]}
+if [ -n "$FASTMCP_PY" ]; then
+    n_clients=$((n_clients + 1))
+    ensure_filesystem_server
+    log "FastMCP tasks client: exposed kind fs.write_file over $FS_SERVER_INDEX"
+    fastmcp_started=$SECONDS
+    counted "$FASTMCP_PY" "$REPO_ROOT/tests/interop/fastmcp_tasks_client.py" \
+        --server-bin "$SERVER_BIN" --signer-bin "$SIGNER_BIN" --keys-dir "$KEYS_DIR" \
+        --keyring "$WORK_DIR/keyring" --work-dir "$WORK_DIR" --filesystem-server "$FS_SERVER_INDEX"
+    log "FastMCP tasks flow: $((SECONDS - fastmcp_started)) s"
+fi
 
 if [ "$status" -ne 0 ] || [ "$total_failed" -ne 0 ]; then
     status=1
     show_server_log
     [ "$total_failed" -ne 0 ] || total_failed=1
 fi
-echo "interop: ${#RUNS[@]} SDK run(s) against approval-server"
+echo "interop: $n_clients client run(s) against approval-server"
 echo "$total_passed passed, $total_failed failed"
 exit "$status"

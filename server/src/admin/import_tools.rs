@@ -2,8 +2,9 @@
 //! server, so gating a whole server takes minutes.
 //!
 //! Each file is `<out>/<prefix>.<tool>.toml` with kind `<prefix>.<tool>`, the tool's
-//! description, an `mcp` executor calling that tool and `payload_schema_from_tool =
-//! true` (the tool's own inputSchema checks every payload before anyone signs). The
+//! description, an `mcp` executor calling that tool, `payload_schema_from_tool =
+//! true` (the tool's own inputSchema checks every payload before anyone signs) and
+//! `expose = true` (agents call it under the kind's name and wait for the quorum). The
 //! approvers and the quorum are left for a human to fill in: until they are, the file
 //! refuses to load (`approval-server check` names the line), so nothing is gated by
 //! rules nobody chose. An existing file is never overwritten.
@@ -59,7 +60,9 @@ pub fn policy_text(kind: &Kind, tool: &str, description: &str, downstream: &Down
          quorum = 0            # FILL IN: how many distinct approvers must sign (1 to the number of approvers)\n\
          vetoes = 1            # one rejection ends a proposal\n\
          ttl = \"30m\"           # how long a proposal may wait for quorum\n\
-         execute_within = \"10m\" # how long an approval stays executable\n\n",
+         execute_within = \"10m\" # how long an approval stays executable\n\
+         expose = true         # listed in tools/list under the kind's name: a call to it waits for this quorum, then the gate runs it\n\
+         # pass_through = [\"read_only_tool\"]   # other tools of this server that agents may call without approval\n\n",
     );
     out.push_str("[executor]\ntype = \"mcp\"\n");
     match downstream {
@@ -227,6 +230,8 @@ mod tests {
         let p = Policy::parse_toml("fs.write_file.toml", &filled).unwrap();
         assert_eq!(p.spec().executor.mcp_tool(), Some("write_file"));
         assert!(p.spec().executor.schema_from_tool());
+        assert!(p.spec().expose, "an imported tool is a tool of its own");
+        assert!(p.spec().pass_through.is_empty());
         assert_eq!(
             p.spec().description,
             "Create a new file. Overwrites \"existing\" files."

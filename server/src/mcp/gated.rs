@@ -229,11 +229,20 @@ impl McpHandler {
         arguments: JsonObject,
     ) -> CallToolResult {
         tracing::info!(tool = name, kind = %policy.kind(), "pass-through call");
-        match crate::executor::mcp::pass_through(&policy.spec().executor, name, arguments).await {
+        let mut result = match crate::executor::mcp::pass_through(
+            &policy.spec().executor,
+            name,
+            arguments,
+        )
+        .await
+        {
             Ok(r) => r,
             Err(why) => CallToolResult::error(vec![ContentBlock::text(format!(
                 "the pass-through tool {name:?} could not be called: {why}"
             ))]),
-        }
+        };
+        // 2026-07-28 results carry their kind; older peers have it stripped on the way out.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        result
     }
 }

@@ -156,6 +156,8 @@ impl McpHandler {
                 r
             }
         };
+        // A stored downstream result was read without its kind; the inlined one says it.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         let mut meta = result.meta.take().unwrap_or_default();
         meta.insert(DISPOSITION_META.into(), json!(disposition(status)));
         if disposition(status) == "denied-not-executed" {
