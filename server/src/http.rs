@@ -13,6 +13,7 @@
 //! rmcp's to serve.
 
 mod direct;
+mod listen;
 
 use crate::approver_api;
 use crate::body_budget::BODY_READ_TIMEOUT;
@@ -84,6 +85,7 @@ struct McpState {
     budget: crate::body_budget::ParseBudget,
     body_read_timeout: std::time::Duration,
     direct: Option<direct::DirectCalls>,
+    doors: listen::Doors,
 }
 
 /// The `/mcp` route with its guards.
@@ -116,6 +118,7 @@ pub fn mcp_router(svc: Arc<Service>, opts: &McpOptions) -> Router {
         direct: opts
             .direct_calls
             .then(|| direct::DirectCalls::new(&opts.allowed_hosts)),
+        doors: listen::Doors::new(&opts.allowed_hosts, &opts.allowed_origins),
     };
     // One layer for the three checks (they were three axum layers, each cloning the
     // route and boxing a future on every request).
@@ -288,6 +291,9 @@ async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
         return resp;
     }
     name_the_task(&mut parts.headers, &bytes);
+    if let Some(resp) = listen::answer(&st.svc, &st.doors, &parts, &bytes) {
+        return resp;
+    }
     if let Some(direct) = &st.direct {
         if let Some(resp) = direct.answer(&st.svc, &parts, &bytes).await {
             return resp;
@@ -302,7 +308,7 @@ async fn exact_json(st: &McpState, req: Request, next: Next) -> Response {
 /// name. When the header is absent it is filled in from `params.taskId`; a header that is sent
 /// and disagrees with the body is left for rmcp to refuse.
 fn name_the_task(headers: &mut axum::http::HeaderMap, bytes: &[u8]) {
-    if headers.contains_key("mcp-name") {
+    if headers.contains_key("mcp-name") || !mcp::listen::contains(bytes, b"\"tasks/") {
         return;
     }
     #[derive(serde::Deserialize)]

@@ -12,6 +12,7 @@
 //! extensions, which rmcp hands to us with the request parts.
 
 mod gated;
+pub mod listen;
 mod tasks;
 mod view;
 
@@ -489,7 +490,10 @@ impl ServerHandler for McpHandler {
         info.instructions = Some(
             "An approval gate: actions with real effects need a quorum of human signatures before they run. \
              Call approval_prepare, tell your human what is waiting (kind, summary, first 8 characters of preview_sha256), \
-             poll approval_status with wait_seconds, call approval_execute exactly once when executable, and never retry after a terminal code."
+             poll approval_status with wait_seconds, call approval_execute exactly once when executable, and never retry after a terminal code. \
+             Tools whose annotations say they need approval are gated the same way without that protocol: calling one is a proposal; \
+             with the tasks extension you get a task to poll with tasks/get, without it a proposal_id to follow with approval_status; \
+             the gate runs the call itself once the quorum has signed."
                 .into(),
         );
         info

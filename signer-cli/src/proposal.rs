@@ -207,7 +207,14 @@ impl Checked {
                         escape(&from.to_string())
                     ));
                 }
-                if let Some(t) = &self.executable_until {
+                if self.preview.on_quorum() {
+                    // Nobody executes it: say what happens instead.
+                    s.push_str(if self.cooling_until().is_some() {
+                        ", then the gate runs it"
+                    } else {
+                        ", the gate runs it now"
+                    });
+                } else if let Some(t) = &self.executable_until {
                     s.push_str(&format!(", executable until {}", escape(t)));
                 }
             }

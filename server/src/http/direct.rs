@@ -164,7 +164,7 @@ fn accepts_json_and_sse(accept: &str) -> bool {
 
 /// rmcp's rule for `Host`: an allowed entry names the host, and its port if it has
 /// one; the comparison ignores case and IPv6 brackets. An empty list allows any.
-fn host_allowed(host: &str, port: Option<u16>, allowed: &[String]) -> bool {
+pub(super) fn host_allowed(host: &str, port: Option<u16>, allowed: &[String]) -> bool {
     fn bare(h: &str) -> String {
         h.trim_matches('[').trim_matches(']').to_ascii_lowercase()
     }

@@ -57,7 +57,11 @@ fn disposition(status: Status) -> &'static str {
 
 impl McpHandler {
     /// The agent's on-quorum proposal `id`, or "unknown task".
-    fn task_record(&self, agent: &AgentName, id: &str) -> Result<ProposalRecord, McpError> {
+    pub(super) fn task_record(
+        &self,
+        agent: &AgentName,
+        id: &str,
+    ) -> Result<ProposalRecord, McpError> {
         self.svc
             .on_quorum_of(agent, id)
             .map_err(|_| unknown_task(id))

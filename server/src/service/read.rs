@@ -57,6 +57,12 @@ impl Service {
         Ok((self.get_for_agent(agent, id)?, long_poll::Waited::Waited))
     }
 
+    /// One more wait for `agent` (a task listen holds one as a long poll does), unless
+    /// it holds the most already; dropping the slot gives it back.
+    pub fn hold_wait(&self, agent: &AgentName) -> Option<long_poll::Slot> {
+        self.long_polls.try_hold(agent)
+    }
+
     /// How many `approval_status` waits `agent` holds now.
     pub fn long_polls_held(&self, agent: &AgentName) -> usize {
         self.long_polls.held(agent)
