@@ -55,6 +55,9 @@ pub enum Code {
     InvalidArguments,
     /// A decision or read was refused: bad signature, unknown key, key outside the policy.
     InvalidSignature,
+    /// The decision's kind of signature (a key, a passkey) is not one the policy of
+    /// the proposal's kind accepts (`accept`): decide the other way.
+    SignatureNotAccepted,
     /// A request was malformed (approver API).
     BadRequest,
     /// Authentication is missing or wrong.
@@ -95,6 +98,7 @@ impl Code {
             Code::InvalidPayload => "INVALID_PAYLOAD",
             Code::InvalidArguments => "INVALID_ARGUMENTS",
             Code::InvalidSignature => "INVALID_SIGNATURE",
+            Code::SignatureNotAccepted => "SIGNATURE_NOT_ACCEPTED",
             Code::BadRequest => "BAD_REQUEST",
             Code::Unauthorized => "UNAUTHORIZED",
             Code::InvalidTransition => "INVALID_TRANSITION",

@@ -1,8 +1,10 @@
 //! Approvers' public keys, read from an allowed_signers-like file.
 //!
-//! One approver a line: `<name> ed25519 <base64 public key>`, `#` comments. A name
-//! or a key that appears twice refuses the whole file: one key must never count as
-//! two approvers, and one name must never mean two keys. Weak (small-order) and
+//! One approver a line: `<name> ed25519 <base64 public key>`, or a passkey
+//! (`<name> webauthn-es256 <base64 COSE key> rp=<id> cred=<id> [origin=<origin>]`,
+//! see [`crate::approver_key`]), `#` comments. A name, a key or a passkey credential
+//! id that appears twice refuses the whole file: one key must never count as two
+//! approvers, and one name must never mean two keys. Weak (small-order) and
 //! non-canonically encoded keys are refused, since `verify_strict` would reject
 //! every signature from them anyway and their presence means a mistake or an attack.
 //! Mixed-order keys (a real key plus a small-order point) are refused too: no
@@ -21,20 +23,21 @@ use ed25519_dalek::SigningKey;
 use std::collections::BTreeMap;
 use thiserror::Error;
 
+pub use crate::approver_key::{ApproverKey, KeyPartError, PasskeyEntry, SignatureKind};
 pub use crate::keys::{KeyError, PublicKey};
 
 /// The approvers the server knows, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keyring {
-    by_name: BTreeMap<ApproverName, PublicKey>,
+    by_name: BTreeMap<ApproverName, ApproverKey>,
 }
 
 /// A keyring file that was refused, with the line to fix.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum KeyringError {
-    /// Not `<name> ed25519 <base64 key>`.
-    #[error("line {line}: expected `<name> ed25519 <base64 public key>` ({why})")]
+    /// Not `<name> ed25519 <base64 key>` nor a passkey line.
+    #[error("line {line}: expected `<name> ed25519 <base64 public key>` or `<name> webauthn-es256 <base64 COSE key> rp=<id> cred=<id>` ({why})")]
     Malformed {
         /// 1-based line number.
         line: usize,
@@ -89,6 +92,7 @@ impl Keyring {
         let mut by_name = BTreeMap::new();
         let mut name_line: BTreeMap<ApproverName, usize> = BTreeMap::new();
         let mut key_line: BTreeMap<[u8; 32], (usize, ApproverName)> = BTreeMap::new();
+        let mut cred_line: BTreeMap<Vec<u8>, (usize, ApproverName)> = BTreeMap::new();
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
             let l = raw.trim();
@@ -100,14 +104,14 @@ impl Keyring {
                 line,
                 why: why.to_owned(),
             };
-            let [name, algo, key] = fields[..] else {
+            let [name, rest @ ..] = &fields[..] else {
                 return Err(malformed("wrong number of fields"));
             };
             let name = ApproverName::parse(name).map_err(|e| malformed(&e.to_string()))?;
-            if algo != "ed25519" {
-                return Err(malformed("only ed25519 keys are supported"));
-            }
-            let key = PublicKey::parse(key).map_err(|source| KeyringError::Key { line, source })?;
+            let key = ApproverKey::parse_fields(rest).map_err(|e| match e {
+                KeyPartError::Malformed(why) => malformed(&why),
+                KeyPartError::Key(source) => KeyringError::Key { line, source },
+            })?;
             if let Some(&first) = name_line.get(&name) {
                 return Err(KeyringError::DuplicateName {
                     line,
@@ -115,7 +119,11 @@ impl Keyring {
                     name: name.to_string(),
                 });
             }
-            if let Some((first, other)) = key_line.get(&key.to_bytes()) {
+            let taken = key_line.get(&key.identity()).or_else(|| {
+                key.as_passkey()
+                    .and_then(|p| cred_line.get(p.credential_id()))
+            });
+            if let Some((first, other)) = taken {
                 return Err(KeyringError::DuplicateKey {
                     line,
                     first: *first,
@@ -123,15 +131,27 @@ impl Keyring {
                 });
             }
             name_line.insert(name.clone(), line);
-            key_line.insert(key.to_bytes(), (line, name.clone()));
+            key_line.insert(key.identity(), (line, name.clone()));
+            if let Some(p) = key.as_passkey() {
+                cred_line.insert(p.credential_id().to_vec(), (line, name.clone()));
+            }
             by_name.insert(name, key);
         }
         Ok(Self { by_name })
     }
 
-    /// The key of an approver.
-    pub fn get(&self, name: &ApproverName) -> Option<&PublicKey> {
+    /// The credential of an approver.
+    pub fn get(&self, name: &ApproverName) -> Option<&ApproverKey> {
         self.by_name.get(name)
+    }
+
+    /// The approver whose passkey has this credential id.
+    pub fn by_credential(&self, credential_id: &[u8]) -> Option<(&ApproverName, &PasskeyEntry)> {
+        self.by_name.iter().find_map(|(n, k)| {
+            k.as_passkey()
+                .filter(|p| p.credential_id() == credential_id)
+                .map(|p| (n, p))
+        })
     }
 
     /// Whether an approver is known.
@@ -140,7 +160,7 @@ impl Keyring {
     }
 
     /// All approvers, sorted by name.
-    pub fn iter(&self) -> impl Iterator<Item = (&ApproverName, &PublicKey)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&ApproverName, &ApproverKey)> {
         self.by_name.iter()
     }
 
@@ -157,6 +177,11 @@ impl Keyring {
     /// The keyring line for an approver, as `keygen` prints it.
     pub fn line(name: &ApproverName, key: &PublicKey) -> String {
         format!("{name} ed25519 {key}")
+    }
+
+    /// The keyring line for any credential (a passkey's as enrolment prints it).
+    pub fn entry_line(name: &ApproverName, key: &ApproverKey) -> String {
+        format!("{name} {key}")
     }
 }
 

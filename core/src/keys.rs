@@ -202,6 +202,12 @@ pub enum MessageError {
     /// The signature does not verify under the key (or the key is weak).
     #[error("signature does not verify for this key, decision and preview hash")]
     BadSignature,
+    /// A passkey assertion was refused (what was wrong, from the WebAuthn checks).
+    #[error("passkey assertion refused: {0}")]
+    Passkey(String),
+    /// A signature under a passkey approver, or an assertion under a key approver.
+    #[error("{0}")]
+    ProofKind(&'static str),
 }
 
 /// An Ed25519 signature, written as standard base64 with padding.

@@ -13,7 +13,9 @@
 //! - [`quorum`]: the one function that counts signatures;
 //! - [`status`]: the state machine, transitions as functions of the current time;
 //! - [`receipt`]: what the system that acts verifies offline;
-//! - [`attestation`]: the server's signed word that it claimed an execution in time.
+//! - [`attestation`]: the server's signed word that it claimed an execution in time;
+//! - [`passkey`]: WebAuthn assertions and registrations, for approvers who sign in
+//!   with a passkey instead of a key file.
 //!
 //! And what every program shows a human: [`escape`] and [`unicode`], the one policy
 //! for showing untrusted text (escaping and look-alike warnings).
@@ -22,6 +24,7 @@
 
 pub mod action;
 pub mod api;
+pub mod approver_key;
 pub mod attestation;
 pub mod code;
 pub mod cooldown;
@@ -33,6 +36,7 @@ pub mod keyring;
 pub mod keys;
 pub mod message;
 pub mod notify;
+pub mod passkey;
 pub mod policy;
 pub mod preview;
 pub mod quorum;

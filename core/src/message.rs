@@ -23,8 +23,11 @@ use std::fmt;
 use std::str::FromStr;
 use thiserror::Error;
 
+use crate::approver_key::{ApproverKey, SignatureKind};
 use crate::keys::PublicKey;
 pub use crate::keys::{MessageError, Signature};
+use crate::passkey::Assertion;
+use sha2::{Digest, Sha256};
 
 /// The longest reason accepted, in characters.
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -133,18 +136,113 @@ pub fn parse_decision_message(text: &str) -> Result<(Decision, Sha256Hex, String
 }
 
 /// A decision as an approver sends it, before anything has checked it.
+///
+/// On the wire it is `{approver, decision, reason, signature}` for a key, and
+/// `{approver, decision, reason, passkey}` for a passkey: exactly one of the two
+/// proofs, anything else refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "WireDecision", into = "WireDecision")]
 pub struct SignedDecision {
     /// The approver's name in the keyring.
     pub approver: ApproverName,
     /// What they decided.
     pub decision: Decision,
     /// Free text, signed too (at most 1000 characters).
-    #[serde(default)]
     pub reason: String,
+    /// What proves the approver made it.
+    pub proof: Proof,
+}
+
+/// What proves a decision: a signature over [`decision_message`], or a WebAuthn
+/// assertion whose challenge is the SHA-256 of it ([`passkey_challenge`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
     /// Ed25519 over [`decision_message`].
-    pub signature: Signature,
+    Signature(Signature),
+    /// A passkey's assertion over [`passkey_challenge`].
+    Passkey(Box<Assertion>),
+}
+
+impl Proof {
+    /// Which kind of signature this is, as a policy's `accept` names it.
+    pub fn kind(&self) -> SignatureKind {
+        match self {
+            Proof::Signature(_) => SignatureKind::Key,
+            Proof::Passkey(_) => SignatureKind::Passkey,
+        }
+    }
+}
+
+/// The wire shape of [`SignedDecision`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireDecision {
+    approver: ApproverName,
+    decision: Decision,
+    #[serde(default)]
+    reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signature: Option<Signature>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    passkey: Option<Box<Assertion>>,
+}
+
+impl TryFrom<WireDecision> for SignedDecision {
+    type Error = String;
+    fn try_from(w: WireDecision) -> Result<Self, String> {
+        let proof = match (w.signature, w.passkey) {
+            (Some(s), None) => Proof::Signature(s),
+            (None, Some(a)) => Proof::Passkey(a),
+            (Some(_), Some(_)) => {
+                return Err("a decision carries a signature or a passkey assertion, not both".into())
+            }
+            (None, None) => {
+                return Err("a decision needs a signature (a key) or a passkey assertion".into())
+            }
+        };
+        Ok(Self {
+            approver: w.approver,
+            decision: w.decision,
+            reason: w.reason,
+            proof,
+        })
+    }
+}
+
+impl From<SignedDecision> for WireDecision {
+    fn from(d: SignedDecision) -> Self {
+        let (signature, passkey) = match d.proof {
+            Proof::Signature(s) => (Some(s), None),
+            Proof::Passkey(a) => (None, Some(a)),
+        };
+        Self {
+            approver: d.approver,
+            decision: d.decision,
+            reason: d.reason,
+            signature,
+            passkey,
+        }
+    }
+}
+
+/// The WebAuthn challenge for a decision: the SHA-256 of the exact text signer-cli
+/// signs, so a passkey signs the same server, proposal, preview hash, decision and
+/// reason a key does (the preview hash binds the first two and the times).
+pub fn passkey_challenge(
+    decision: Decision,
+    preview_sha256: &Sha256Hex,
+    reason: &str,
+) -> Result<[u8; 32], MessageError> {
+    let msg = decision_message(decision, preview_sha256, reason)?;
+    Ok(Sha256::digest(msg.as_bytes()).into())
+}
+
+/// What a verified decision says beyond "it is theirs".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    /// A passkey's signature counter (never going back is the caller's check: it
+    /// needs the last counter seen, which is state). `None` for a key.
+    pub sign_count: Option<u32>,
 }
 
 impl SignedDecision {
@@ -162,14 +260,58 @@ impl SignedDecision {
             approver,
             decision,
             reason: reason.to_owned(),
-            signature,
+            proof: Proof::Signature(signature),
         })
     }
 
-    /// Verifies the signature under `key` for `preview_sha256` with `verify_strict`.
-    pub fn verify(&self, key: &PublicKey, preview_sha256: &Sha256Hex) -> Result<(), MessageError> {
-        let msg = decision_message(self.decision, preview_sha256, &self.reason)?;
-        key.verify_strict(msg.as_bytes(), &self.signature)
+    /// [`SignedDecision::verify`] under an Ed25519 key.
+    pub fn verify_key(&self, key: &PublicKey, preview_sha256: &Sha256Hex) -> Result<(), MessageError> {
+        self.verify(&ApproverKey::Key(*key), preview_sha256).map(|_| ())
+    }
+
+    /// The Ed25519 signature, when a key made the decision.
+    pub fn signature(&self) -> Option<&Signature> {
+        match &self.proof {
+            Proof::Signature(s) => Some(s),
+            Proof::Passkey(_) => None,
+        }
+    }
+
+    /// Verifies the proof under the approver's credential for `preview_sha256`: a
+    /// signature with `verify_strict`, or a passkey assertion in full (origin, RP ID,
+    /// user present and verified, challenge, signature). A signature under a passkey
+    /// or an assertion under a key is refused.
+    pub fn verify(
+        &self,
+        key: &ApproverKey,
+        preview_sha256: &Sha256Hex,
+    ) -> Result<Verified, MessageError> {
+        match (&self.proof, key) {
+            (Proof::Signature(sig), ApproverKey::Key(k)) => {
+                let msg = decision_message(self.decision, preview_sha256, &self.reason)?;
+                k.verify_strict(msg.as_bytes(), sig)?;
+                Ok(Verified { sign_count: None })
+            }
+            (Proof::Passkey(a), ApproverKey::Passkey(p)) => {
+                if a.credential_id != p.credential_id() {
+                    return Err(MessageError::Passkey(
+                        "the assertion is from another credential than the keyring's for this approver".into(),
+                    ));
+                }
+                let challenge = passkey_challenge(self.decision, preview_sha256, &self.reason)?;
+                let done = crate::passkey::verify_assertion(p.key(), &p.relying(), &challenge, a)
+                    .map_err(|e| MessageError::Passkey(e.to_string()))?;
+                Ok(Verified {
+                    sign_count: Some(done.sign_count),
+                })
+            }
+            (Proof::Signature(_), ApproverKey::Passkey(_)) => Err(MessageError::ProofKind(
+                "this approver holds a passkey: decide on the approver page, not with a key",
+            )),
+            (Proof::Passkey(_), ApproverKey::Key(_)) => Err(MessageError::ProofKind(
+                "this approver holds a key: decide with signer-cli, not with a passkey",
+            )),
+        }
     }
 }
 
@@ -199,6 +341,9 @@ pub enum ReadAuthError {
     /// The name is not in the keyring.
     #[error("approver {0:?} is not in the server's keyring")]
     UnknownApprover(String),
+    /// The name holds a passkey, which cannot sign reads of this API.
+    #[error("approver {0:?} holds a passkey, which signs decisions only: open the approver page (/approve/<proposal_id>) from the notification")]
+    PasskeyApprover(String),
     /// Timestamp outside ±300 s of the server's clock.
     #[error("signed read is {0} s away from the server's clock (allowed ±300 s): check the laptop's clock")]
     Stale(i64),
@@ -278,7 +423,9 @@ impl ReadAuth {
     ) -> Result<ApproverName, ReadAuthError> {
         let key = keyring
             .get(&self.approver)
-            .ok_or_else(|| ReadAuthError::UnknownApprover(self.approver.to_string()))?;
+            .ok_or_else(|| ReadAuthError::UnknownApprover(self.approver.to_string()))?
+            .as_key()
+            .ok_or_else(|| ReadAuthError::PasskeyApprover(self.approver.to_string()))?;
         let skew = self.unix_seconds - now.unix();
         if skew.abs() > READ_WINDOW_SECS {
             return Err(ReadAuthError::Stale(skew));
@@ -361,11 +508,11 @@ mod tests {
     #[test]
     fn sign_and_verify_binds_decision_hash_and_reason() {
         let sk = key(7);
-        let pk = PublicKey::from_signing_key(&sk);
+        let pk = ApproverKey::Key(PublicKey::from_signing_key(&sk));
         let h = Sha256Hex::digest(b"x");
         let alice = ApproverName::parse("alice").unwrap();
         let d = SignedDecision::sign(&sk, alice, Decision::Approve, &h, "ok").unwrap();
-        assert_eq!(d.verify(&pk, &h), Ok(()));
+        assert_eq!(d.verify(&pk, &h), Ok(Verified { sign_count: None }));
         assert_eq!(
             d.verify(&pk, &Sha256Hex::digest(b"y")),
             Err(MessageError::BadSignature)
@@ -377,7 +524,7 @@ mod tests {
         other.reason = "ok ".into();
         assert_eq!(other.verify(&pk, &h), Err(MessageError::BadSignature));
         assert_eq!(
-            d.verify(&PublicKey::from_signing_key(&key(8)), &h),
+            d.verify(&ApproverKey::Key(PublicKey::from_signing_key(&key(8))), &h),
             Err(MessageError::BadSignature)
         );
     }

@@ -11,7 +11,7 @@
 //! a "no" is never outvoted by the same person's earlier "yes".
 
 use crate::ids::{ApproverName, Sha256Hex};
-use crate::keyring::{Keyring, PublicKey};
+use crate::keyring::{ApproverKey, Keyring};
 use crate::message::{Decision, SignedDecision};
 use crate::policy::Policy;
 use serde::{Deserialize, Serialize};
@@ -61,6 +61,8 @@ pub enum Ignored {
     BadSignature,
     /// This key already counted.
     DuplicateKey,
+    /// The policy does not accept this kind of signature (`accept`).
+    NotAccepted,
 }
 
 /// The full count: the outcome, who counted, and what was ignored and why.
@@ -108,7 +110,7 @@ pub fn evaluate_with(
     keyring: &Keyring,
     preview_sha256: &Sha256Hex,
     decisions: &[SignedDecision],
-    verify: impl Fn(&PublicKey, &SignedDecision, &Sha256Hex) -> bool,
+    verify: impl Fn(&ApproverKey, &SignedDecision, &Sha256Hex) -> bool,
 ) -> Tally {
     let mut seen: BTreeSet<([u8; 32], Decision)> = BTreeSet::new();
     let mut approvals: Vec<ApproverName> = Vec::new();
@@ -125,11 +127,15 @@ pub fn evaluate_with(
             ignored.push((i, Ignored::NotInPolicy));
             continue;
         }
+        if !policy.accepts(d.proof.kind()) {
+            ignored.push((i, Ignored::NotAccepted));
+            continue;
+        }
         if !verify(key, d, preview_sha256) {
             ignored.push((i, Ignored::BadSignature));
             continue;
         }
-        if !seen.insert((key.to_bytes(), d.decision)) {
+        if !seen.insert((key.identity(), d.decision)) {
             ignored.push((i, Ignored::DuplicateKey));
             continue;
         }

@@ -20,8 +20,9 @@
 use crate::attestation::{Attestation, AttestationError};
 use crate::ids::{ApproverName, ServerId, Sha256Hex};
 use crate::json::{self, PayloadError};
-use crate::keyring::{Keyring, PublicKey};
-use crate::message::{Decision, Signature, SignedDecision};
+use crate::keyring::{ApproverKey, Keyring, PublicKey};
+use crate::message::{Decision, Proof, Signature, SignedDecision};
+use crate::passkey::Assertion;
 use crate::policy::{Policy, PolicyError};
 use crate::preview::{Preview, PreviewError};
 use crate::quorum::{evaluate, evaluate_with, Ignored, QuorumOutcome};
@@ -31,19 +32,92 @@ use serde_json::Value;
 use thiserror::Error;
 
 /// One signed decision as a receipt carries it.
+///
+/// On the wire: `{approver, public_key, decision, reason, signature}` for a key (as
+/// receipts always were), `{approver, passkey_key, decision, reason, passkey}` for a
+/// passkey, where `passkey_key` is the keyring line's fields after the name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "WireReceiptDecision", into = "WireReceiptDecision")]
 pub struct ReceiptDecision {
     /// The approver's name.
     pub approver: ApproverName,
-    /// Their public key, for the reader's convenience (the verifier's keyring decides).
-    pub public_key: PublicKey,
+    /// Their credential, for the reader's convenience (the verifier's keyring decides).
+    pub key: ApproverKey,
     /// The decision.
     pub decision: Decision,
     /// The signed reason.
     pub reason: String,
-    /// The signature.
-    pub signature: Signature,
+    /// The signature or the passkey assertion.
+    pub proof: Proof,
+}
+
+/// The wire shape of [`ReceiptDecision`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireReceiptDecision {
+    approver: ApproverName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    public_key: Option<PublicKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    passkey_key: Option<ApproverKey>,
+    decision: Decision,
+    reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signature: Option<Signature>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    passkey: Option<Box<Assertion>>,
+}
+
+impl TryFrom<WireReceiptDecision> for ReceiptDecision {
+    type Error = &'static str;
+    fn try_from(w: WireReceiptDecision) -> Result<Self, Self::Error> {
+        let (key, proof) = match (w.public_key, w.signature, w.passkey_key, w.passkey) {
+            (Some(k), Some(s), None, None) => (ApproverKey::Key(k), Proof::Signature(s)),
+            (None, None, Some(k @ ApproverKey::Passkey(_)), Some(a)) => (k, Proof::Passkey(a)),
+            _ => return Err("a receipt decision has public_key and signature (a key), or passkey_key and passkey (a passkey)"),
+        };
+        Ok(Self {
+            approver: w.approver,
+            key,
+            decision: w.decision,
+            reason: w.reason,
+            proof,
+        })
+    }
+}
+
+impl From<ReceiptDecision> for WireReceiptDecision {
+    fn from(d: ReceiptDecision) -> Self {
+        let (public_key, passkey_key) = match d.key {
+            ApproverKey::Key(k) => (Some(k), None),
+            k @ ApproverKey::Passkey(_) => (None, Some(k)),
+        };
+        let (signature, passkey) = match d.proof {
+            Proof::Signature(s) => (Some(s), None),
+            Proof::Passkey(a) => (None, Some(a)),
+        };
+        Self {
+            approver: d.approver,
+            public_key,
+            passkey_key,
+            decision: d.decision,
+            reason: d.reason,
+            signature,
+            passkey,
+        }
+    }
+}
+
+impl ReceiptDecision {
+    /// The decision as its approver sent it.
+    pub fn signed(&self) -> SignedDecision {
+        SignedDecision {
+            approver: self.approver.clone(),
+            decision: self.decision,
+            reason: self.reason.clone(),
+            proof: self.proof.clone(),
+        }
+    }
 }
 
 /// A receipt, as written to disk or sent over the wire.
@@ -169,7 +243,7 @@ impl Receipt {
         policy: &Policy,
         keyring: &Keyring,
         decisions: &[SignedDecision],
-        verify: impl Fn(&PublicKey, &SignedDecision, &Sha256Hex) -> bool,
+        verify: impl Fn(&ApproverKey, &SignedDecision, &Sha256Hex) -> bool,
     ) -> Self {
         let hash = preview.sha256();
         let tally = evaluate_with(policy, keyring, &hash, decisions, verify);
@@ -181,10 +255,10 @@ impl Receipt {
             .filter_map(|(_, d)| {
                 keyring.get(&d.approver).map(|k| ReceiptDecision {
                     approver: d.approver.clone(),
-                    public_key: *k,
+                    key: k.clone(),
                     decision: d.decision,
                     reason: d.reason.clone(),
-                    signature: d.signature,
+                    proof: d.proof.clone(),
                 })
             })
             .collect();
@@ -311,18 +385,9 @@ pub fn verify_receipt_for_server(
             return Err(ReceiptError::Expired(closes));
         }
     }
-    let signed: Vec<SignedDecision> = receipt
-        .decisions
-        .iter()
-        .map(|d| SignedDecision {
-            approver: d.approver.clone(),
-            decision: d.decision,
-            reason: d.reason.clone(),
-            signature: d.signature,
-        })
-        .collect();
+    let signed: Vec<SignedDecision> = receipt.decisions.iter().map(|d| d.signed()).collect();
     for (i, d) in receipt.decisions.iter().enumerate() {
-        if keyring.get(&d.approver).is_some_and(|k| k != &d.public_key) {
+        if keyring.get(&d.approver).is_some_and(|k| k != &d.key) {
             return Err(ReceiptError::Decision {
                 index: i,
                 approver: d.approver.to_string(),
@@ -340,6 +405,7 @@ pub fn verify_receipt_for_server(
                 Ignored::NotInPolicy => "approver is not named by the policy",
                 Ignored::BadSignature => "signature does not verify",
                 Ignored::DuplicateKey => "the same key appears twice",
+                Ignored::NotAccepted => "the policy does not accept this kind of signature (accept)",
             },
         });
     }

@@ -21,7 +21,7 @@ use common::{sign, signing_key};
 
 use approval_core::json;
 use approval_core::keyring::PublicKey;
-use approval_core::message::{decision_message, Decision, Signature, SignedDecision};
+use approval_core::message::{decision_message, Decision, Proof, Signature, SignedDecision};
 use approval_core::receipt::{verify_receipt, Receipt};
 use approval_core::{Keyring, Policy, Preview, Sha256Hex, Timestamp};
 use proptest::prelude::*;
@@ -273,7 +273,7 @@ proptest! {
                 // The approver's name is not in the signed text: it is bound by the
                 // keyring (one key, one name), exactly as the server and receipts check.
                 let key = kr.get(&back.approver).ok_or("unknown approver")?;
-                back.verify(key, &h).map(|()| back).map_err(|e| e.to_string())
+                back.verify(key, &h).map(|_| back).map_err(|e| e.to_string())
             });
         if let Ok(back) = verdict {
             prop_assert!(equivalent, "byte {} {:?} -> {:?} accepted", i, old as char, new as char);
@@ -290,7 +290,7 @@ proptest! {
         let h = Sha256Hex::digest(b"preview");
         let d = sign("alice", Decision::Approve, &h, &reason);
         let key = PublicKey::from_signing_key(&signing_key("alice"));
-        prop_assert!(d.verify(&key, &h).is_ok());
+        prop_assert!(d.verify_key(&key, &h).is_ok());
         let mut chars: Vec<char> = reason.chars().collect();
         let mut other = d.clone();
         if chars.is_empty() {
@@ -300,7 +300,7 @@ proptest! {
             chars[i] = if chars[i] == new { if new == 'a' { 'b' } else { 'a' } } else { new };
             other.reason = chars.into_iter().collect();
         }
-        prop_assert!(other.verify(&key, &h).is_err(), "reason {:?} verified for {:?}", other.reason, reason);
+        prop_assert!(other.verify_key(&key, &h).is_err(), "reason {:?} verified for {:?}", other.reason, reason);
     }
 
     #[test]
@@ -317,13 +317,13 @@ proptest! {
         let mut other = *h.as_bytes();
         other[byte] ^= 1 << bit;
         let other = Sha256Hex::parse(&hex::encode(other)).unwrap();
-        prop_assert!(d.verify(&pk, &other).is_err());
+        prop_assert!(d.verify_key(&pk, &other).is_err());
         // The exact signed text, one byte changed.
         let msg = decision_message(d.decision, &h, &reason).unwrap().into_bytes();
         let i = pos.index(msg.len());
         let mut m = msg.clone();
         m[i] = if msg[i] == new { new.wrapping_add(1) } else { new };
-        prop_assert!(pk.verify_strict(&m, &d.signature).is_err());
+        prop_assert!(pk.verify_strict(&m, d.signature().unwrap()).is_err());
     }
 }
 
@@ -392,14 +392,14 @@ fn every_bit_of_a_signature_matters() {
     let pk = PublicKey::from_signing_key(&signing_key("alice"));
     for d in Decision::ALL {
         let signed = sign("alice", d, &h, "because");
-        assert!(signed.verify(&pk, &h).is_ok());
+        assert!(signed.verify_key(&pk, &h).is_ok());
         for bit in 0..512 {
-            let mut s = signed.signature.0;
+            let mut s = signed.signature().unwrap().0;
             s[bit / 8] ^= 1 << (bit % 8);
             let mut other = signed.clone();
-            other.signature = Signature(s);
+            other.proof = Proof::Signature(Signature(s));
             assert!(
-                other.verify(&pk, &h).is_err(),
+                other.verify_key(&pk, &h).is_err(),
                 "{d}: signature with bit {bit} flipped verified"
             );
         }
@@ -415,7 +415,7 @@ fn a_decision_never_verifies_as_another_decision() {
         for other in Decision::ALL {
             let mut x = signed.clone();
             x.decision = other;
-            assert_eq!(x.verify(&pk, &h).is_ok(), other == d, "{d} as {other}");
+            assert_eq!(x.verify_key(&pk, &h).is_ok(), other == d, "{d} as {other}");
         }
         // One changed letter of the decision word in the JSON body: not a decision at all.
         let text = serde_json::to_string(&signed).unwrap();
@@ -427,7 +427,7 @@ fn a_decision_never_verifies_as_another_decision() {
             let t = String::from_utf8(bytes).unwrap();
             let parsed = serde_json::from_str::<SignedDecision>(&t);
             assert!(
-                parsed.map(|x| x.verify(&pk, &h).is_err()).unwrap_or(true),
+                parsed.map(|x| x.verify_key(&pk, &h).is_err()).unwrap_or(true),
                 "{t}"
             );
         }
@@ -443,7 +443,7 @@ fn every_bit_of_the_hash_matters() {
         let mut b = *h.as_bytes();
         b[bit / 8] ^= 1 << (bit % 8);
         let other = Sha256Hex::parse(&hex::encode(b)).unwrap();
-        assert!(signed.verify(&pk, &other).is_err(), "hash bit {bit}");
+        assert!(signed.verify_key(&pk, &other).is_err(), "hash bit {bit}");
     }
     // The hash's text has one spelling: upper case is refused before any signature check.
     assert!(Sha256Hex::parse(&h.to_hex().to_uppercase()).is_err());

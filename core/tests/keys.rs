@@ -169,14 +169,14 @@ fn keyring_refusals_name_the_line() {
             ),
             KeyringError::Malformed {
                 line: 5,
-                why: "only ed25519 keys are supported".into(),
+                why: "the key type must be ed25519, webauthn-es256 or webauthn-eddsa".into(),
             },
         ),
         (
             format!("carol ED25519 {}\n", public_key("carol")),
             KeyringError::Malformed {
                 line: 1,
-                why: "only ed25519 keys are supported".into(),
+                why: "the key type must be ed25519, webauthn-es256 or webauthn-eddsa".into(),
             },
         ),
         (
@@ -256,7 +256,7 @@ fn keyring_accepts_comments_blank_lines_and_crlf() {
     .replace("  # trailing comment lines are whole lines", "");
     let kr = Keyring::parse(&text).unwrap();
     assert_eq!(kr.len(), 2);
-    assert_eq!(kr.get(&approver("bob")), Some(&public_key("bob")));
+    assert_eq!(kr.get(&approver("bob")), Some(&public_key("bob").into()));
     assert!(!kr.contains(&approver("carol")));
     assert!(Keyring::parse("").unwrap().is_empty());
     let names: Vec<_> = full_keyring().iter().map(|(n, _)| n.to_string()).collect();
@@ -413,7 +413,7 @@ fn signed_read_refusals() {
     let h = format!(
         "Approval alice {} {}",
         now.unix(),
-        sig.signature.to_base64()
+        sig.signature().unwrap().to_base64()
     );
     assert_eq!(
         verify_read(&kr, &srv(), &h, "GET", path, now),

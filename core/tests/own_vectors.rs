@@ -148,21 +148,21 @@ fn decisions_verify_and_are_what_we_sign() {
             .expect("a fixture approver's key");
         let ours = SignedDecision::sign(&signing_key(who), approver(who), decision, &hash, &reason)
             .unwrap();
-        assert_eq!(ours.signature, sig, "case {i}");
-        assert_eq!(ours.verify(&pk, &hash), Ok(()));
+        assert_eq!(ours.signature(), Some(&sig), "case {i}");
+        assert_eq!(ours.verify_key(&pk, &hash), Ok(()));
         // Bound to every field: another decision word, hash or reason fails.
         for d in approval_core::Decision::ALL {
             let mut other = ours.clone();
             other.decision = d;
             assert_eq!(
-                other.verify(&pk, &hash).is_ok(),
+                other.verify_key(&pk, &hash).is_ok(),
                 d == decision,
                 "case {i} {d}"
             );
         }
         let mut other = ours.clone();
         other.reason.push(' ');
-        assert!(other.verify(&pk, &hash).is_err());
+        assert!(other.verify_key(&pk, &hash).is_err());
     }
     assert_eq!(words.len(), 5, "all five decisions");
     assert!(multi_line && non_ascii);
@@ -220,9 +220,9 @@ fn accept(case: &Value) -> Result<(), &'static str> {
         approver: approver("alice"),
         decision,
         reason,
-        signature: sig,
+        proof: approval_core::message::Proof::Signature(sig),
     };
-    d.verify(&pk, &hash).map_err(|_| "verify")
+    d.verify_key(&pk, &hash).map_err(|_| "verify")
 }
 
 #[test]

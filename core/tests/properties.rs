@@ -438,7 +438,7 @@ proptest! {
         let d = approve("alice", &h);
         if let Some(q) = mutate(&p, field, bit) {
             prop_assert_ne!(q.sha256(), h);
-            prop_assert!(d.verify(&public_key("alice"), &q.sha256()).is_err());
+            prop_assert!(d.verify_key(&public_key("alice"), &q.sha256()).is_err());
         }
     }
 
@@ -454,13 +454,13 @@ proptest! {
         let h = Sha256Hex::digest(&hash);
         let pk = public_key("bob");
         let signed = sign("bob", Decision::ALL[d], &h, &reason);
-        prop_assert_eq!(signed.verify(&pk, &h), Ok(()));
+        prop_assert_eq!(signed.verify_key(&pk, &h), Ok(()));
         let mut bad = signed.clone();
         let mut bad_hash = h;
         match what {
             0 => {
-                let s: [u8; 64] = flip_bit(&signed.signature.0, bit).try_into().unwrap();
-                bad.signature = approval_core::message::Signature(s);
+                let s: [u8; 64] = flip_bit(&signed.signature().unwrap().0, bit).try_into().unwrap();
+                bad.proof = approval_core::message::Proof::Signature(approval_core::message::Signature(s));
             }
             1 => match String::from_utf8(flip_bit(reason.as_bytes(), bit)) {
                 Ok(r) if !reason.is_empty() => bad.reason = r,
@@ -472,7 +472,7 @@ proptest! {
                 bad_hash = Sha256Hex::parse(&hex::encode(flip_bit(h.as_bytes(), bit))).unwrap();
             }
         }
-        prop_assert!(bad.verify(&pk, &bad_hash).is_err());
+        prop_assert!(bad.verify_key(&pk, &bad_hash).is_err());
     }
 }
 
@@ -590,7 +590,7 @@ proptest! {
             prop_assert!(policy.is_approver(a) && kr.contains(a));
         }
         for a in &once.approvals {
-            prop_assert!(seen.insert(kr.get(a).unwrap().to_bytes()), "{} twice", a);
+            prop_assert!(seen.insert(kr.get(a).unwrap().identity()), "{} twice", a);
             prop_assert!(!once.rejections.contains(a), "{} approved and rejected", a);
         }
         // Sending everything again changes nothing, and the repeats are ignored.

@@ -199,7 +199,7 @@ fn every_ignored_reason_with_its_index() {
     let kr = keyring(&["alice", "bob", "carol", "dave"]);
     let p = standard_policy();
     let mut forged = approve("bob", &h());
-    forged.signature = approve("alice", &h()).signature;
+    forged.proof = approve("alice", &h()).proof;
     let mut tampered = sign("carol", Decision::Approve, &h(), "ok");
     tampered.reason = "ok!".into();
     let mut turned = approve("carol", &h());

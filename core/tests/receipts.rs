@@ -31,10 +31,10 @@ fn decision(who: &str, d: Decision, h: &Sha256Hex) -> ReceiptDecision {
     let s = sign(who, d, h, "");
     ReceiptDecision {
         approver: s.approver,
-        public_key: public_key(who),
+        key: public_key(who).into(),
         decision: s.decision,
         reason: s.reason,
-        signature: s.signature,
+        proof: s.proof,
     }
 }
 
@@ -255,7 +255,7 @@ fn decision_refused_for_each_reason() {
     );
     // The receipt states a key that is not the verifier's key for that name.
     let mut swapped = decision("carol", Decision::Approve, &h);
-    swapped.public_key = public_key("erin");
+    swapped.key = public_key("erin").into();
     assert_eq!(
         case(
             vec![decision("alice", Decision::Approve, &h), swapped],
@@ -347,9 +347,9 @@ fn decisions_in_a_receipt_are_plain_signed_decisions() {
         approver: d.approver.clone(),
         decision: d.decision,
         reason: d.reason.clone(),
-        signature: d.signature,
+        proof: d.proof.clone(),
     };
-    assert_eq!(sent.verify(&d.public_key, &r.preview_sha256), Ok(()));
+    assert_eq!(sent.verify(&d.key, &r.preview_sha256).map(|_| ()), Ok(()));
     assert_eq!(
         sorted_keys(&serde_json::to_value(d).unwrap()),
         ["approver", "decision", "public_key", "reason", "signature"]

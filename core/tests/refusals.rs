@@ -432,14 +432,14 @@ fn signing_refuses_long_reasons_and_verification_rechecks_them() {
     let mut d = approve("alice", &h);
     d.reason = long;
     assert_eq!(
-        d.verify(&public_key("alice"), &h),
+        d.verify_key(&public_key("alice"), &h),
         Err(MessageError::ReasonTooLong(1001))
     );
 }
 
 #[test]
 fn signature_encoding_refusals() {
-    let sig = approve("alice", &standard_preview().sha256()).signature;
+    let sig = approve("alice", &standard_preview().sha256()).signature().copied().unwrap();
     let s = sig.to_base64();
     assert_eq!(Signature::parse(&s), Ok(sig));
     for bad in [
@@ -496,7 +496,7 @@ fn signed_decision_wire_form_is_strict() {
     let back: SignedDecision = serde_json::from_value(no_reason).unwrap();
     assert_eq!(back.reason, "");
     assert_eq!(
-        back.verify(&public_key("alice"), &standard_preview().sha256()),
+        back.verify_key(&public_key("alice"), &standard_preview().sha256()),
         Ok(())
     );
 }

@@ -45,7 +45,7 @@ fn http_status(code: Code) -> StatusCode {
     match code {
         Code::BadRequest | Code::InvalidPayload | Code::InvalidArguments => StatusCode::BAD_REQUEST,
         Code::Unauthorized => StatusCode::UNAUTHORIZED,
-        Code::InvalidSignature => StatusCode::FORBIDDEN,
+        Code::InvalidSignature | Code::SignatureNotAccepted => StatusCode::FORBIDDEN,
         Code::UnknownProposal | Code::UnknownKind => StatusCode::NOT_FOUND,
         Code::LimitExceeded => StatusCode::TOO_MANY_REQUESTS,
         Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -212,7 +212,7 @@ impl axum::extract::FromRequestParts<ApiState> for StreamReader {
 /// A refusal for a signature that does not verify, naming the fingerprint of the key
 /// the server holds for that name, so the approver can see a key mismatch.
 pub fn with_held_key(message: String, svc: &Service, who: &ApproverName) -> String {
-    match svc.config().keyring.get(who) {
+    match svc.config().keyring.get(who).and_then(|k| k.as_key()) {
         Some(k) => format!(
             "{message}; {}",
             approval_core::fingerprint::held_key_note(who, k)
@@ -460,7 +460,7 @@ async fn decide_body(
     let d: SignedDecision = serde_json::from_value(value).map_err(|e| {
         ApiError(ServiceError::new(
             Code::BadRequest,
-            format!("body must be {{approver, decision, reason, signature}}: {e}"),
+            format!("body must be {{approver, decision, reason, signature}} (a key) or {{approver, decision, reason, passkey}} (a passkey): {e}"),
         ))
     })?;
     let decided = st.svc.decide(&id, d, source).await?;

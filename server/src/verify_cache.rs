@@ -10,8 +10,9 @@
 //! only genuine signatures can make it do. Failed checks are charged to their source
 //! address by [`crate::throttle`].
 
-use approval_core::message::{decision_message, SignedDecision};
-use approval_core::{PublicKey, Sha256Hex};
+use approval_core::keyring::ApproverKey;
+use approval_core::message::{decision_message, Proof, SignedDecision};
+use approval_core::Sha256Hex;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -26,13 +27,34 @@ pub struct VerifyCache {
 
 impl VerifyCache {
     /// `SignedDecision::verify`, memoised.
-    pub fn verify(&self, key: &PublicKey, d: &SignedDecision, hash: &Sha256Hex) -> bool {
+    ///
+    /// A passkey's entry is keyed by its whole keyring entry (key, RP ID, origin,
+    /// credential id) and the whole assertion, so a hit is exactly a check that passed.
+    pub fn verify(&self, key: &ApproverKey, d: &SignedDecision, hash: &Sha256Hex) -> bool {
         let Ok(msg) = decision_message(d.decision, hash, &d.reason) else {
             return false;
         };
         let mut buf = Vec::with_capacity(32 + 64 + msg.len());
-        buf.extend_from_slice(&key.to_bytes());
-        buf.extend_from_slice(&d.signature.0);
+        match (key, &d.proof) {
+            (ApproverKey::Key(k), Proof::Signature(s)) => {
+                buf.extend_from_slice(&k.to_bytes());
+                buf.extend_from_slice(&s.0);
+            }
+            (ApproverKey::Passkey(_), Proof::Passkey(a)) => {
+                for part in [
+                    key.to_fields().as_bytes(),
+                    &a.credential_id,
+                    &a.authenticator_data,
+                    &a.client_data_json,
+                    &a.signature,
+                ] {
+                    buf.extend_from_slice(&(part.len() as u64).to_be_bytes());
+                    buf.extend_from_slice(part);
+                }
+            }
+            // A proof of the other kind never verifies.
+            _ => return false,
+        }
         buf.extend_from_slice(msg.as_bytes());
         let digest = *Sha256Hex::digest(&buf).as_bytes();
         if self
@@ -79,14 +101,14 @@ mod tests {
         let h = Sha256Hex::digest(b"p");
         let d = SignedDecision::sign(&k.key, k.name.clone(), Decision::Approve, &h, "").unwrap();
         let cache = VerifyCache::default();
-        assert!(cache.verify(&k.public_key(), &d, &h));
-        assert!(cache.verify(&k.public_key(), &d, &h));
+        assert!(cache.verify(&k.public_key().into(), &d, &h));
+        assert!(cache.verify(&k.public_key().into(), &d, &h));
         let mut other = d.clone();
         other.decision = Decision::Reject;
-        assert!(!cache.verify(&k.public_key(), &other, &h));
-        assert!(!cache.verify(&k.public_key(), &d, &Sha256Hex::digest(b"q")));
+        assert!(!cache.verify(&k.public_key().into(), &other, &h));
+        assert!(!cache.verify(&k.public_key().into(), &d, &Sha256Hex::digest(b"q")));
         let k2 = SecretKey::from_seed(ApproverName::parse("bob").unwrap(), [4; 32]);
-        assert!(!cache.verify(&k2.public_key(), &d, &h));
+        assert!(!cache.verify(&k2.public_key().into(), &d, &h));
     }
 
     #[test]
@@ -101,14 +123,14 @@ mod tests {
                 approver: k.name.clone(),
                 decision: Decision::Reject,
                 reason: String::new(),
-                signature: approval_core::message::Signature(sig),
+                proof: Proof::Signature(approval_core::message::Signature(sig)),
             };
-            assert!(!cache.verify(&k.public_key(), &forged, &h));
+            assert!(!cache.verify(&k.public_key().into(), &forged, &h));
         }
         assert!(cache.is_empty());
         let genuine =
             SignedDecision::sign(&k.key, k.name.clone(), Decision::Reject, &h, "").unwrap();
-        assert!(cache.verify(&k.public_key(), &genuine, &h));
+        assert!(cache.verify(&k.public_key().into(), &genuine, &h));
         assert_eq!(cache.len(), 1);
     }
 }

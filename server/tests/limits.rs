@@ -1120,6 +1120,13 @@ impl Store for GatedStore {
     fn server_id(&self) -> &approval_core::ServerId {
         self.inner.server_id()
     }
+    fn raise(
+        &self,
+        name: &str,
+        value: u64,
+    ) -> Result<approval_server::store::Raise, approval_server::store::StoreError> {
+        self.inner.raise(name, value)
+    }
     fn server_key(
         &self,
     ) -> Result<Option<approval_core::PublicKey>, approval_server::store::StoreError> {

@@ -308,7 +308,7 @@ fn approve_with_yes_signs_the_local_hash_and_reports_progress() {
     assert_eq!(d.approver.as_str(), "alice");
     assert_eq!(d.reason, "looks right");
     let pk = secret("alice").public_key();
-    assert_eq!(d.verify(&pk, &p.sha256()), Ok(()));
+    assert_eq!(d.verify_key(&pk, &p.sha256()), Ok(()));
 }
 
 #[test]

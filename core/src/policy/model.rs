@@ -220,6 +220,12 @@ impl Policy {
                 ));
             }
         }
+        if spec.accept.is_empty() || spec.accept.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(err(
+                at("accept"),
+                "accept must list \"key\", \"passkey\" or both, each once, in that order: e.g. accept = [\"key\", \"passkey\"]".into(),
+            ));
+        }
         check_tools(&spec).map_err(|(key, m)| err(at(key), m))?;
         check_executor(&spec.executor).map_err(|(table, key, m)| {
             let line = src.and_then(|s| {
@@ -279,15 +285,32 @@ impl Policy {
         src: Option<&str>,
     ) -> Result<(), PolicyError> {
         for a in &self.spec.approvers {
-            if !keyring.contains(a) {
+            let Some(key) = keyring.get(a) else {
                 return Err(PolicyError {
                     file: file.to_owned(),
                     line: src.and_then(|s| line_of_key(s, "approvers")),
                     message: format!("approver \"{a}\" is not in the keyring: add their line from `signer-cli keygen` or remove them"),
                 });
+            };
+            if !self.accepts(key.kind()) {
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: src.and_then(|s| line_of_key(s, "accept").or_else(|| line_of_key(s, "approvers"))),
+                    message: format!(
+                        "approver \"{a}\" signs with a {}, which this policy does not accept (accept = {:?}): add \"{}\" to accept, or give them a line of a kind it accepts",
+                        key.kind(),
+                        self.spec.accept.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                        key.kind()
+                    ),
+                });
             }
         }
         Ok(())
+    }
+
+    /// Whether this kind of signature counts under the policy (`accept`).
+    pub fn accepts(&self, kind: crate::approver_key::SignatureKind) -> bool {
+        self.spec.accept.contains(&kind)
     }
 
     /// The policy's data.

@@ -3,6 +3,7 @@
 //! `[executor]` table.
 
 use super::executor::ExecutorConfig;
+use crate::approver_key::SignatureKind;
 use crate::ids::{ApproverName, Kind};
 use crate::time::Seconds;
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,12 @@ fn default_execute_within() -> Seconds {
 }
 fn default_max_payload() -> u64 {
     DEFAULT_MAX_PAYLOAD_BYTES
+}
+fn default_accept() -> Vec<SignatureKind> {
+    vec![SignatureKind::Key]
+}
+fn is_default_accept(a: &[SignatureKind]) -> bool {
+    a == [SignatureKind::Key]
 }
 
 /// A group requirement: at least `count` of `group` must be among the approvers.
@@ -97,6 +104,13 @@ pub struct PolicySpec {
     /// agent's to decide. Left out of the canonical form when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pass_through: Vec<String>,
+    /// Which signatures count toward quorum, vetoes and revokes (issue #34): `"key"`
+    /// (signer-cli, which recomputes the preview hash on the approver's machine) and
+    /// `"passkey"` (the gate's approver page; see THREAT_MODEL.md for the trade).
+    /// Sorted, each once. Left out of the canonical form when it is the default
+    /// `["key"]`, so a policy without it keeps its hash.
+    #[serde(default = "default_accept", skip_serializing_if = "is_default_accept")]
+    pub accept: Vec<SignatureKind>,
 }
 
 /// The prefix of the gate's own tools (`approval_prepare`, ...): no exposed kind or

@@ -118,7 +118,7 @@ fn keyring_membership_and_duplicate_kinds() {
         &keyring()
             .iter()
             .take(2)
-            .map(|(n, k)| Keyring::line(n, k) + "\n")
+            .map(|(n, k)| Keyring::entry_line(n, k) + "\n")
             .collect::<String>(),
     )
     .unwrap();
@@ -149,7 +149,7 @@ fn a_missing_approver_disables_only_that_kind() {
         &keyring()
             .iter()
             .take(2)
-            .map(|(n, k)| Keyring::line(n, k) + "\n")
+            .map(|(n, k)| Keyring::entry_line(n, k) + "\n")
             .collect::<String>(),
     )
     .unwrap();

@@ -248,11 +248,11 @@ fn decisions() -> Value {
             .map(|(who, d, i, reason)| {
                 let h = preview_hash(i);
                 let signed = sign(who, d, &h, &reason);
-                assert_eq!(signed.verify(&public_key(who), &h), Ok(()));
+                assert_eq!(signed.verify_key(&public_key(who), &h), Ok(()));
                 json!({
                     "public_key": public_key(who).to_base64(),
                     "message": decision_message(d, &h, &reason).expect("short reason"),
-                    "signature": signed.signature.to_base64(),
+                    "signature": signed.signature().unwrap().to_base64(),
                 })
             })
             .collect(),

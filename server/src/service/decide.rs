@@ -11,11 +11,14 @@ use super::{Decided, Service, ServiceError};
 use crate::audit::{AuditEvent, AuditKind};
 use crate::record::{ProposalRecord, StoredDecision};
 use crate::throttle::ConnectionId;
-use approval_core::message::{Decision, SignedDecision};
+use crate::store::Raise;
+use approval_core::keyring::{ApproverKey, SignatureKind};
+use approval_core::message::{Decision, Proof, SignedDecision};
+use approval_core::passkey;
 use approval_core::policy::Policy;
 use approval_core::quorum::{QuorumOutcome, Tally};
 use approval_core::status::{Lifecycle, Status, TransitionError};
-use approval_core::{Action, Code, ProposalId, PublicKey, Timestamp};
+use approval_core::{Action, Code, ProposalId, Sha256Hex, Timestamp};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -74,6 +77,7 @@ impl Service {
         let key = self.approver_key(&d)?;
         let rec = self.decided_on(id)?;
         self.check_signature(&rec, &key, &d, source).await?;
+        self.check_counter(&key, &d, &rec)?;
         if let Some(resent) = self.resent(&rec, &d).await? {
             return Ok(resent);
         }
@@ -105,7 +109,7 @@ impl Service {
     }
 
     /// Step 1: the approver's key in the keyring in force.
-    fn approver_key(&self, d: &SignedDecision) -> Result<PublicKey, ServiceError> {
+    fn approver_key(&self, d: &SignedDecision) -> Result<ApproverKey, ServiceError> {
         let config = self.config();
         let key = config.keyring.get(&d.approver).ok_or_else(|| {
             forbidden(format!(
@@ -113,7 +117,7 @@ impl Service {
                 d.approver
             ))
         })?;
-        Ok(*key)
+        Ok(key.clone())
     }
 
     /// Step 2: the proposal decided on.
@@ -131,12 +135,12 @@ impl Service {
         }
     }
 
-    /// Step 3: the signer is an approver of the record's policy, and the signature
-    /// verifies (a failure is charged to `source`).
+    /// Step 3: the signer is an approver of the record's policy, the policy accepts
+    /// this kind of signature, and it verifies (a failure is charged to `source`).
     async fn check_signature(
         &self,
         rec: &ProposalRecord,
-        key: &PublicKey,
+        key: &ApproverKey,
         d: &SignedDecision,
         source: Option<ConnectionId>,
     ) -> Result<(), ServiceError> {
@@ -146,20 +150,85 @@ impl Service {
                 d.approver, rec.preview.kind
             )));
         }
+        let policy = self.policy_of(rec)?;
+        let kind = d.proof.kind();
+        if !policy.accepts(kind) {
+            let others: Vec<&str> = policy.spec().accept.iter().map(|k| k.as_str()).collect();
+            return Err(ServiceError::new(
+                Code::SignatureNotAccepted,
+                format!(
+                    "kind {} accepts only {} signatures (its policy's accept = {others:?}), and this decision is signed with a {kind}: {}",
+                    rec.preview.kind,
+                    others.join(" and "),
+                    match kind {
+                        SignatureKind::Passkey => "decide with signer-cli and a key in the keyring",
+                        SignatureKind::Key => "decide on the approver page with the passkey in the keyring",
+                    }
+                ),
+            ));
+        }
         self.forgeries.admit(source, self.now()).await;
         // Memoised: the quorum count inside the transition and the answer's view
-        // check this same signature again, and should not redo the Ed25519 math.
+        // check this same signature again, and should not redo the signature math.
         if !self.verified.verify(key, d, &rec.preview_sha256) {
             self.forgeries.failed(source, self.now());
-            return Err(forbidden(format!(
-                "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring; {}",
-                d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision,
-                approval_core::fingerprint::held_key_note(&d.approver, key)
-            )));
+            // Checked again, uncached, only to say what was wrong.
+            let why = d
+                .verify(key, &rec.preview_sha256)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            return Err(forbidden(match key {
+                ApproverKey::Key(k) => format!(
+                    "signature does not verify for {} {} on preview {}: sign exactly `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` for this proposal with the key in the keyring; {}",
+                    d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision,
+                    approval_core::fingerprint::held_key_note(&d.approver, k)
+                ),
+                ApproverKey::Passkey(p) => format!(
+                    "{why} ({} {} on preview {}: the passkey must sign on {} for rp {} with the challenge SHA-256(`approval-v1\\n{}\\n<preview_sha256>\\n<reason>`), user present and verified)",
+                    d.approver, d.decision, rec.preview_sha256.prefix(8), p.origin(), p.rp_id(), d.decision
+                ),
+            }));
         }
         // A connection in the listener's approver reserve is served once this is set.
         self.forgeries.passed(source, self.now());
         Ok(())
+    }
+
+    /// Step 3b: a passkey's signature counter must go up (or stay 0 on an
+    /// authenticator that keeps none), across every decision and every instance: a
+    /// counter that goes back means a cloned authenticator, or an assertion replayed.
+    /// Raised before the decision is written, so a crash in between only spends a
+    /// count the authenticator already spent.
+    fn check_counter(
+        &self,
+        key: &ApproverKey,
+        d: &SignedDecision,
+        rec: &ProposalRecord,
+    ) -> Result<(), ServiceError> {
+        let (ApproverKey::Passkey(p), Proof::Passkey(a)) = (key, &d.proof) else {
+            return Ok(());
+        };
+        if rec.decisions.iter().any(|x| x.signed == *d) {
+            // The very same assertion, already recorded: step 4 acknowledges it
+            // again and changes nothing.
+            return Ok(());
+        }
+        let count = d
+            .verify(key, &rec.preview_sha256)
+            .map_err(|e| forbidden(e.to_string()))?
+            .sign_count
+            .unwrap_or(0);
+        let mark = format!("passkey/{}", passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..]));
+        match self.store.raise(&mark, u64::from(count))? {
+            Raise::Raised => Ok(()),
+            Raise::Kept(0) if count == 0 => Ok(()),
+            Raise::Kept(held) => Err(forbidden(format!(
+                "passkey assertion refused: {}'s signature counter is {count}, not above the {held} already seen ({} bytes of credential id): the assertion was replayed or the authenticator was cloned; decide again with the passkey, and tell whoever runs the server if this repeats",
+                d.approver,
+                a.credential_id.len()
+            ))),
+        }
     }
 
     /// Step 4: the same approver's same decision already recorded: this exact one is

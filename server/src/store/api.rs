@@ -62,6 +62,15 @@ pub enum Cas {
     Missing,
 }
 
+/// What [`Store::raise`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raise {
+    /// The mark was absent or lower: it holds the new value now, durably.
+    Raised,
+    /// The mark already held this value or a higher one, which it keeps.
+    Kept(u64),
+}
+
 /// The audit chain in order, with the stored head `(seq, hash)`.
 pub type AuditLog = (Vec<AuditEntry>, Option<(u64, Sha256Hex)>);
 
@@ -183,6 +192,13 @@ pub trait Store: Send + Sync + 'static {
     fn shared_server_secret(&self, _fresh: &str) -> Result<Option<String>, StoreError> {
         Ok(None)
     }
+    /// Raises the mark `name` to `value` if it is absent or lower, in one atomic step,
+    /// durably before it returns; otherwise keeps it and says what it holds. Marks
+    /// are what must only go up across every instance: a passkey's signature counter
+    /// (`passkey/<credential id>`, a counter that goes back means a cloned
+    /// authenticator) and single-use enrolment links (`enroll/<nonce>`, raised to 1
+    /// once). Names are at most 200 bytes.
+    fn raise(&self, name: &str, value: u64) -> Result<Raise, StoreError>;
     /// How long an EXECUTING claim stays leased without renewal, for stores shared by
     /// several instances; `None`: one process, whose claims are all its own, so every
     /// EXECUTING record found at start-up is orphaned.

@@ -292,6 +292,40 @@ pub fn run(store: &dyn Store) {
 
 /// The notification outbox: queued in the same write as the change (so never for a
 /// refused one), capped with drops counted, entries numbered without reuse.
+/// Marks only go up, each name on its own, and a value equal to the one held is kept.
+pub fn marks(store: &dyn Store) {
+    use super::Raise;
+    assert_eq!(store.raise("passkey/a", 0).unwrap(), Raise::Raised);
+    assert_eq!(store.raise("passkey/a", 0).unwrap(), Raise::Kept(0));
+    assert_eq!(store.raise("passkey/a", 7).unwrap(), Raise::Raised);
+    assert_eq!(store.raise("passkey/a", 7).unwrap(), Raise::Kept(7));
+    assert_eq!(store.raise("passkey/a", 3).unwrap(), Raise::Kept(7));
+    assert_eq!(store.raise("passkey/b", 1).unwrap(), Raise::Raised);
+    assert_eq!(store.raise("passkey/a", u64::MAX).unwrap(), Raise::Raised);
+    assert_eq!(store.raise("passkey/a", 8).unwrap(), Raise::Kept(u64::MAX));
+    assert!(store.raise("", 1).is_err());
+    assert!(store.raise(&"x".repeat(201), 1).is_err());
+}
+
+/// Many threads raising one mark with the same value: exactly one is told it raised
+/// it (a replayed passkey assertion counts once however it races).
+pub fn marks_race(store: &(dyn Store + Sync)) {
+    use super::Raise;
+    for round in 1..=5u64 {
+        let raised = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    if store.raise("enroll/race", round).unwrap() == Raise::Raised {
+                        raised.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(raised.into_inner(), 1, "round {round}");
+    }
+}
+
 pub fn outbox(store: &dyn Store) {
     let ev = |rec: &ProposalRecord| ev(AuditKind::Proposed, rec);
     let a = record(&minted(1_800_000_000, 0x0a), "agent1", 1_800_000_000);

@@ -222,6 +222,11 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.get(id)
     }
+    fn raise(&self, name: &str, value: u64) -> Result<super::Raise, StoreError> {
+        self.refused()?;
+        let r = self.in_flight.time("write", || self.inner.raise(name, value));
+        self.watch(r)
+    }
     fn create(
         &self,
         rec: &ProposalRecord,

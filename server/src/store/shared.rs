@@ -82,3 +82,17 @@ pub(crate) fn moved(cur: u64, delta: i64) -> u64 {
 pub(crate) fn encode_text<T: Serialize>(v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Backend(format!("cannot encode: {e}")))
 }
+
+/// The longest mark name [`Store::raise`](super::Store::raise) takes, in bytes.
+pub const MAX_MARK_NAME: usize = 200;
+
+/// Refuses a mark name that is empty or too long: one rule for every backend.
+pub fn check_mark_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty() || name.len() > MAX_MARK_NAME {
+        return Err(StoreError::Backend(format!(
+            "a mark name is 1 to {MAX_MARK_NAME} bytes, not {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}

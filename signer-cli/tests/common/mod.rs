@@ -412,7 +412,7 @@ async fn decide(
     };
     let hash =
         approval_core::Sha256Hex::parse(v["preview_sha256"].as_str().unwrap_or("")).expect("hash");
-    let key = keyring().get(&d.approver).copied();
+    let key = keyring().get(&d.approver).cloned();
     if key.is_none_or(|k| d.verify(&k, &hash).is_err()) {
         return (
             StatusCode::FORBIDDEN,
@@ -425,7 +425,7 @@ async fn decide(
     if let Some(ds) = v["decisions"].as_array_mut() {
         ds.push(
             json!({"approver": d.approver.as_str(), "decision": d.decision.as_str(),
-                       "reason": d.reason, "signature": d.signature.to_base64(),
+                       "reason": d.reason, "signature": d.signature().map(|s| s.to_base64()),
                        "at": Timestamp::from_unix(now()).to_rfc3339()}),
         );
     }

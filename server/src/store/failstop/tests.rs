@@ -51,6 +51,9 @@ impl Store for Faulty {
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         self.inner.get(id)
     }
+    fn raise(&self, name: &str, value: u64) -> Result<crate::store::Raise, StoreError> {
+        self.inner.raise(name, value)
+    }
     fn create(
         &self,
         r: &ProposalRecord,

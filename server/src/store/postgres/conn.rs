@@ -299,6 +299,37 @@ pub(super) async fn meta_insert_get(pool: &Pool, k: &str, v: &str) -> Result<Str
     Ok(row.get(0))
 }
 
+/// [`Store::raise`](crate::store::Store::raise) in one statement: the row is
+/// inserted, or updated only while it holds less (compared as numbers), so
+/// concurrent raises from any instance serialise on the row and never go back.
+pub(super) async fn meta_raise(
+    pool: &Pool,
+    k: &str,
+    value: u64,
+) -> Result<crate::store::Raise, StoreError> {
+    let c = pool.get().await.map_err(pool_err)?;
+    let v = value.to_string();
+    let raised = c
+        .query_opt(
+            "INSERT INTO meta (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v \
+             WHERE meta.v::numeric < EXCLUDED.v::numeric RETURNING v",
+            &[&k, &v],
+        )
+        .await
+        .map_err(pg_err)?;
+    if raised.is_some() {
+        return Ok(crate::store::Raise::Raised);
+    }
+    let row = c
+        .query_one("SELECT v FROM meta WHERE k = $1", &[&k])
+        .await
+        .map_err(pg_err)?;
+    let held: String = row.get(0);
+    held.parse()
+        .map(crate::store::Raise::Kept)
+        .map_err(|_| crate::store::shared::corrupt(k, "a mark is not a number"))
+}
+
 pub(super) async fn listen_once(
     cfg: &tokio_postgres::Config,
     tls: &Tls,

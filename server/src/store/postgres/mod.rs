@@ -248,6 +248,12 @@ impl Store for PgStore {
             .map(Some)
     }
 
+    fn raise(&self, name: &str, value: u64) -> Result<crate::store::Raise, StoreError> {
+        crate::store::shared::check_mark_name(name)?;
+        let (pool, k) = (self.pool.clone(), format!("mark/{name}"));
+        self.block(async move { conn::meta_raise(&pool, &k, value).await })
+    }
+
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         let mut v = self.records(
             "SELECT id, body FROM records WHERE id = $1",

@@ -193,6 +193,18 @@ fn run_query(url: &str, sql: &str) -> Result<String, String> {
 }
 
 #[test]
+fn postgres_store_passes_the_marks_contract() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = PgStore::open(&db.url).unwrap();
+    contract::marks(&store);
+    contract::marks_race(&store);
+    // A second instance on the same database sees the same marks.
+    let other = PgStore::open(&db.url).unwrap();
+    assert_eq!(other.raise("passkey/a", 9).unwrap(), crate::store::Raise::Kept(u64::MAX));
+}
+
+#[test]
 fn postgres_store_passes_the_outbox_contract() {
     let Some(db) = Fresh::new() else { return };
     PgStore::migrate(&db.url).unwrap();

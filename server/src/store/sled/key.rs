@@ -21,6 +21,8 @@ pub const DUE: &[u8] = b"d:";
 pub const AUDIT: &[u8] = b"l:";
 pub const POLICY: &[u8] = b"y:";
 pub const OUTBOX: &[u8] = b"o:";
+/// Marks that only go up (`Store::raise`): `k:<name>` to a big-endian u64.
+pub const MARK: &[u8] = b"k:";
 /// The next outbox entry's number, so numbers (and the `X-Approval-Delivery`
 /// ids made of them) are never reused, even after the outbox emptied.
 pub const OUTBOX_NEXT: &[u8] = b"c:outbox_next";

@@ -141,6 +141,14 @@ fn sled_store_passes_the_contract() {
 }
 
 #[test]
+fn sled_store_passes_the_marks_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
+    contract::marks(&store);
+    contract::marks_race(&store);
+}
+
+#[test]
 fn sled_store_passes_the_outbox_contract() {
     let dir = tempfile::tempdir().unwrap();
     contract::outbox(&SledStore::open(dir.path()).unwrap());
