@@ -138,6 +138,18 @@ async fn https_serves_healthz_mcp_and_signer_cli_with_a_private_ca() -> Result<(
     let (der, health) = healthz(&client, &api).await?;
     assert_eq!(der, t.first.der, "the certificate served is the one given");
     assert_eq!(health["status"], "ok", "{health}");
+    // ALPN: h2 when the client offers it, HTTP/1.1 when it offers only that.
+    let h2 = client.get(format!("{api}/healthz")).send().await?;
+    assert_eq!(h2.version(), reqwest::Version::HTTP_2);
+    let h1 = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(t.first.cert_pem.as_bytes())?])
+        .http1_only()
+        .build()?
+        .get(format!("{api}/healthz"))
+        .send()
+        .await?;
+    assert_eq!(h1.version(), reqwest::Version::HTTP_11);
+    assert!(h1.status().is_success());
 
     // The agent's side over HTTPS: a proposal through /mcp (Host check unchanged).
     let mcp = Mcp::connect_with(client.clone(), &t.server.mcp_url, None).await?;
