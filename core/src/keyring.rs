@@ -167,7 +167,9 @@ impl Keyring {
 
     /// The passkeys of an approver.
     pub fn passkeys(&self, name: &ApproverName) -> impl Iterator<Item = &PasskeyEntry> {
-        self.credentials(name).iter().filter_map(ApproverKey::as_passkey)
+        self.credentials(name)
+            .iter()
+            .filter_map(ApproverKey::as_passkey)
     }
 
     /// Whether an approver is known.

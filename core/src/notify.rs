@@ -507,9 +507,14 @@ mod tests {
         let mut n = notice("x");
         assert!(!n.text().contains("/approve/") && n.json().get("approve_url").is_none());
         n.approve_url = Some("https://gate.example/approve/p-1#v=abc_-".into());
-        assert!(n.text().contains("page          https://gate.example/approve/p-1#v=abc_-"));
+        assert!(n
+            .text()
+            .contains("page          https://gate.example/approve/p-1#v=abc_-"));
         assert!(n.text().contains("or with your passkey on the page"));
-        assert_eq!(n.json()["approve_url"], "https://gate.example/approve/p-1#v=abc_-");
+        assert_eq!(
+            n.json()["approve_url"],
+            "https://gate.example/approve/p-1#v=abc_-"
+        );
         let slack = n.slack().to_string();
         assert!(slack.contains("<https://gate.example/approve/p-1#v=abc_-|Open the approver page>"));
         // The agent's text still forms no link.

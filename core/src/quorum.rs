@@ -143,7 +143,9 @@ pub fn evaluate_with(
         }
         // One approver counts once per decision, whichever of their credentials
         // signed (a key and a passkey are the same human).
-        if !seen.insert((key.identity(), d.decision)) || !seen_names.insert((&d.approver, d.decision)) {
+        if !seen.insert((key.identity(), d.decision))
+            || !seen_names.insert((&d.approver, d.decision))
+        {
             ignored.push((i, Ignored::DuplicateKey));
             continue;
         }

@@ -253,13 +253,15 @@ impl Receipt {
             .enumerate()
             .filter(|(i, _)| !ignored.contains(i))
             .filter_map(|(_, d)| {
-                keyring.for_proof(&d.approver, &d.proof).map(|k| ReceiptDecision {
-                    approver: d.approver.clone(),
-                    key: k.clone(),
-                    decision: d.decision,
-                    reason: d.reason.clone(),
-                    proof: d.proof.clone(),
-                })
+                keyring
+                    .for_proof(&d.approver, &d.proof)
+                    .map(|k| ReceiptDecision {
+                        approver: d.approver.clone(),
+                        key: k.clone(),
+                        decision: d.decision,
+                        reason: d.reason.clone(),
+                        proof: d.proof.clone(),
+                    })
             })
             .collect();
         Self {
@@ -387,8 +389,7 @@ pub fn verify_receipt_for_server(
     }
     let signed: Vec<SignedDecision> = receipt.decisions.iter().map(|d| d.signed()).collect();
     for (i, d) in receipt.decisions.iter().enumerate() {
-        if keyring.contains(&d.approver)
-            && keyring.for_proof(&d.approver, &d.proof) != Some(&d.key)
+        if keyring.contains(&d.approver) && keyring.for_proof(&d.approver, &d.proof) != Some(&d.key)
         {
             return Err(ReceiptError::Decision {
                 index: i,

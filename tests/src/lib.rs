@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+pub mod authenticator;
 pub mod pg;
 
 /// The MCP revision the clients negotiate.

@@ -293,7 +293,10 @@ impl Policy {
                     message: format!("approver \"{a}\" is not in the keyring: add their line from `signer-cli keygen` or remove them"),
                 });
             }
-            if let Some(key) = creds.first().filter(|_| !creds.iter().any(|k| self.accepts(k.kind()))) {
+            if let Some(key) = creds
+                .first()
+                .filter(|_| !creds.iter().any(|k| self.accepts(k.kind())))
+            {
                 return Err(PolicyError {
                     file: file.to_owned(),
                     line: src.and_then(|s| line_of_key(s, "accept").or_else(|| line_of_key(s, "approvers"))),
