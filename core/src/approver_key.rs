@@ -89,6 +89,13 @@ impl PasskeyEntry {
         })
     }
 
+    /// Checks a relying party id and an origin as a keyring line's `rp=` and
+    /// `origin=` are checked (before a link is made that would produce such a line).
+    pub fn check_place(rp_id: &str, origin: &str) -> Result<(), String> {
+        check_rp_id(rp_id)?;
+        check_origin(origin, rp_id)
+    }
+
     /// The COSE public key.
     pub fn key(&self) -> &CoseKey {
         &self.key
@@ -186,7 +193,9 @@ impl ApproverKey {
         }
         let rp = rp.ok_or_else(|| malformed("a passkey needs rp=<relying party id>"))?;
         let cred = cred.ok_or_else(|| {
-            malformed("a passkey needs cred=<credential id> (as `approval-server enroll` prints it)")
+            malformed(
+                "a passkey needs cred=<credential id> (as `approval-server enroll` prints it)",
+            )
         })?;
         let cred = passkey::from_b64url(cred)
             .map_err(|_| malformed("cred= must be base64url without padding"))?;

@@ -28,6 +28,7 @@ pub mod approver_key;
 pub mod attestation;
 pub mod code;
 pub mod cooldown;
+pub mod enrolment;
 pub mod escape;
 pub mod fingerprint;
 pub mod ids;

@@ -194,7 +194,9 @@ impl TryFrom<WireDecision> for SignedDecision {
             (Some(s), None) => Proof::Signature(s),
             (None, Some(a)) => Proof::Passkey(a),
             (Some(_), Some(_)) => {
-                return Err("a decision carries a signature or a passkey assertion, not both".into())
+                return Err(
+                    "a decision carries a signature or a passkey assertion, not both".into(),
+                )
             }
             (None, None) => {
                 return Err("a decision needs a signature (a key) or a passkey assertion".into())
@@ -265,8 +267,13 @@ impl SignedDecision {
     }
 
     /// [`SignedDecision::verify`] under an Ed25519 key.
-    pub fn verify_key(&self, key: &PublicKey, preview_sha256: &Sha256Hex) -> Result<(), MessageError> {
-        self.verify(&ApproverKey::Key(*key), preview_sha256).map(|_| ())
+    pub fn verify_key(
+        &self,
+        key: &PublicKey,
+        preview_sha256: &Sha256Hex,
+    ) -> Result<(), MessageError> {
+        self.verify(&ApproverKey::Key(*key), preview_sha256)
+            .map(|_| ())
     }
 
     /// The Ed25519 signature, when a key made the decision.

@@ -405,7 +405,9 @@ pub fn verify_receipt_for_server(
                 Ignored::NotInPolicy => "approver is not named by the policy",
                 Ignored::BadSignature => "signature does not verify",
                 Ignored::DuplicateKey => "the same key appears twice",
-                Ignored::NotAccepted => "the policy does not accept this kind of signature (accept)",
+                Ignored::NotAccepted => {
+                    "the policy does not accept this kind of signature (accept)"
+                }
             },
         });
     }

@@ -427,7 +427,9 @@ fn a_decision_never_verifies_as_another_decision() {
             let t = String::from_utf8(bytes).unwrap();
             let parsed = serde_json::from_str::<SignedDecision>(&t);
             assert!(
-                parsed.map(|x| x.verify_key(&pk, &h).is_err()).unwrap_or(true),
+                parsed
+                    .map(|x| x.verify_key(&pk, &h).is_err())
+                    .unwrap_or(true),
                 "{t}"
             );
         }

@@ -34,6 +34,11 @@ fn check(ty: &str, example: &Value) -> Result<(), String> {
         "api::AlreadyRecorded" => round_trip::<api::AlreadyRecorded>(example),
         "api::Health" => round_trip::<api::Health>(example),
         "api::ReauthEvent" => round_trip::<api::ReauthEvent>(example),
+        "api::PageState" => round_trip::<api::PageState>(example),
+        "api::EnrolmentOptions" => round_trip::<api::EnrolmentOptions>(example),
+        "api::EnrolmentRequest" => round_trip::<api::EnrolmentRequest>(example),
+        "api::Enrolled" => round_trip::<api::Enrolled>(example),
+        "SignedDecision" => round_trip::<approval_core::SignedDecision>(example),
         other => Err(format!(
             "no check for the type {other:?}: add it to this test"
         )),

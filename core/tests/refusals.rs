@@ -439,7 +439,10 @@ fn signing_refuses_long_reasons_and_verification_rechecks_them() {
 
 #[test]
 fn signature_encoding_refusals() {
-    let sig = approve("alice", &standard_preview().sha256()).signature().copied().unwrap();
+    let sig = approve("alice", &standard_preview().sha256())
+        .signature()
+        .copied()
+        .unwrap();
     let s = sig.to_base64();
     assert_eq!(Signature::parse(&s), Ok(sig));
     for bad in [

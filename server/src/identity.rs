@@ -193,6 +193,42 @@ impl ServerIdentity {
         approval_core::attestation::prove_identity(&self.key, &self.server_id, challenge)
     }
 
+    /// The view token of a proposal's approver page link (`/approve/<id>#v=<token>`):
+    /// HMAC-SHA256 under a key derived from the identity secret, so every instance
+    /// of a deployment makes and accepts the same token and nobody else can make
+    /// one. It lets its holder read the proposal on the page, nothing more: every
+    /// decision still needs a signature or a passkey assertion.
+    pub fn view_token(&self, id: &ProposalId) -> String {
+        approval_core::passkey::b64url(&self.view_mac(id))
+    }
+
+    /// Whether `token` is [`ServerIdentity::view_token`] of `id` (in constant time).
+    pub fn check_view_token(&self, id: &ProposalId, token: &str) -> bool {
+        use subtle::ConstantTimeEq;
+        let Ok(given) = approval_core::passkey::from_b64url(token) else {
+            return false;
+        };
+        given.len() == 32 && bool::from(given.ct_eq(&self.view_mac(id)))
+    }
+
+    fn view_mac(&self, id: &ProposalId) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        use sha2::{Digest, Sha256};
+        let mut k = Sha256::new();
+        k.update(b"approval-v1-view-key\n");
+        k.update(self.key.to_bytes());
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&k.finalize()).expect("HMAC takes any key length");
+        mac.update(b"approval-v1-view\n");
+        mac.update(id.as_str().as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Signs an enrolment link's claim (see `approval_core::enrolment`).
+    pub fn sign_enrolment(&self, claim: &approval_core::enrolment::EnrolmentClaim) -> String {
+        claim.sign(&self.key, &self.server_id)
+    }
+
     /// Signs the execution attestation for a claim.
     pub fn attest(
         &self,
@@ -209,6 +245,27 @@ impl ServerIdentity {
             approved_at,
             claimed_at,
         )
+    }
+}
+
+/// The identity key in `<data>/server.key`, read without opening the store (which a
+/// running server holds): what `approval-server enroll` signs links with.
+pub fn read_key_file(data: &Path) -> Result<SigningKey, IdentityError> {
+    let path = data.join(KEY_FILE);
+    read_key(&path)?.ok_or_else(|| IdentityError::Io {
+        path,
+        why: "no such file: start the server once with this --data folder first (it makes the key), or give --store for a shared store".into(),
+    })
+}
+
+/// A [`ServerIdentity`] from a key read elsewhere (`read_key_file`) and the server id
+/// it is bound to.
+pub fn from_parts(server_id: ServerId, key: SigningKey) -> ServerIdentity {
+    let public = PublicKey::from_signing_key(&key);
+    ServerIdentity {
+        server_id,
+        key,
+        public,
     }
 }
 

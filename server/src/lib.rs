@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod agents;
 pub mod approver_api;
+pub mod approver_page;
 pub mod audit;
 pub mod body_budget;
 pub mod capacity;

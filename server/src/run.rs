@@ -59,6 +59,9 @@ pub struct ServeOptions {
     pub database: Option<String>,
     /// On PostgreSQL: how long an execution claim stays leased without renewal.
     pub claim_lease: Duration,
+    /// Where approvers open the gate's pages (`--public-url`), for the links in
+    /// notices; by default `http://localhost:<port>` of a loopback approver listener.
+    pub public_url: Option<String>,
 }
 
 impl ServeOptions {
@@ -75,6 +78,7 @@ impl ServeOptions {
             banner: None,
             limits: Default::default(),
             notify: Default::default(),
+            public_url: None,
             database: None,
             claim_lease: crate::store::postgres::DEFAULT_LEASE,
         }
@@ -387,6 +391,15 @@ pub async fn serve_until(
         Some(l) => l.local_addr()?,
         None => mcp_addr,
     };
+    // The links in notices: the operator's public URL, or this loopback listener as
+    // localhost (a secure context for WebAuthn; an IP address cannot be an RP ID).
+    match (&opts.public_url, approver_addr.ip().is_loopback()) {
+        (Some(u), _) => svc.set_public_url(u),
+        (None, true) => svc.set_public_url(&format!("http://localhost:{}", approver_addr.port())),
+        (None, false) => tracing::warn!(
+            "no --public-url: notices carry no approver page link (passkey approvers need one: give the https:// address approvers open)"
+        ),
+    }
     // Notifications are queued from the first proposal on (before anyone can connect).
     crate::notify::spawn(svc.clone(), opts.notify.clone());
     // Published before the lines are printed: whoever read them can find the file.

@@ -10,10 +10,14 @@
 //! This module may import the rest of the core; nothing in the core imports it.
 
 pub mod approver;
+pub mod page;
 pub mod tools;
 
 pub use approver::{
     AlreadyRecorded, Decided, DecisionView, DisabledKindView, ErrorBody, Health, HealthStatus,
     ProposalPage, ProposalView, QuorumView, ReauthEvent,
+};
+pub use page::{
+    Enrolled, EnrolmentOptions, EnrolmentRequest, PageDecision, PagePasskey, PageQuorum, PageState,
 };
 pub use tools::{DecisionOut, GroupOut, ListItem, RequiredOut, ResultOut, ToolOutput};

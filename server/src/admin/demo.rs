@@ -61,6 +61,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         notify: Default::default(),
         database: None,
         claim_lease: crate::store::postgres::DEFAULT_LEASE,
+        public_url: None,
     };
     let svc = run::start(&opts).await?;
     run::serve(opts, svc).await?;

@@ -15,6 +15,7 @@ pub mod audit;
 pub mod audit_remote;
 pub mod check;
 pub mod demo;
+pub mod enroll;
 pub mod import_tools;
 pub mod init;
 pub mod migrate;
@@ -49,6 +50,10 @@ pub enum Command {
         #[command(subcommand)]
         action: audit::AuditAction,
     },
+    /// A single-use link with which an approver creates a passkey on a phone or a
+    /// hardware token and gets the keyring line to send you (nothing is added to the
+    /// keyring by the server).
+    Enroll(enroll::EnrollArgs),
     /// Agent tokens.
     Agent {
         #[command(subcommand)]
@@ -73,6 +78,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args).await,
         Command::Audit { action } => audit::run(action).await,
         Command::Agent { action } => agent::run(action),
+        Command::Enroll(args) => enroll::run(args).await,
         Command::ImportTools(args) => import_tools::run(args).await,
     }
 }

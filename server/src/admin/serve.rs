@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// Most PENDING proposals in all.
     #[arg(long, default_value_t = 1_000_000)]
     max_pending: u64,
+    /// Where approvers open the gate's pages (the passkey approver page, enrolment
+    /// links): scheme://host[:port], e.g. https://approvals.example.com. Default:
+    /// http://localhost:<port> when the approver API listens on loopback.
+    #[arg(long, value_name = "URL", env = "APPROVAL_PUBLIC_URL")]
+    public_url: Option<String>,
     #[command(flatten)]
     notify: NotifyArgs,
 }
@@ -134,8 +139,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_origin,
         max_pending_per_agent,
         max_pending,
+        public_url,
         notify,
     } = args;
+    if let Some(u) = &public_url {
+        check_public_url(u)?;
+    }
     let notify = notify.options()?;
     let database = match store {
         Some(run::StoreSpec::Sled(dir)) => {
@@ -165,10 +174,25 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             total: max_pending,
         },
         notify,
+        public_url,
     };
     let svc = run::start(&opts).await?;
     run::serve(opts, svc).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--public-url` is an origin: `https://host[:port]`, or `http://localhost[:port]`.
+fn check_public_url(u: &str) -> anyhow::Result<()> {
+    let u = u.trim_end_matches('/');
+    let ok = match u.split_once("://") {
+        Some(("https", rest)) => !rest.is_empty() && !rest.contains('/'),
+        Some(("http", rest)) => rest == "localhost" || rest.starts_with("localhost:"),
+        _ => false,
+    };
+    if !ok {
+        anyhow::bail!("--public-url {u:?}: give the origin approvers open, https://host[:port] (http only for localhost), nothing after it");
+    }
+    Ok(())
 }
 
 /// The flags of `stdio`.

@@ -10,8 +10,8 @@ use super::error::transition_refusal;
 use super::{Decided, Service, ServiceError};
 use crate::audit::{AuditEvent, AuditKind};
 use crate::record::{ProposalRecord, StoredDecision};
-use crate::throttle::ConnectionId;
 use crate::store::Raise;
+use crate::throttle::ConnectionId;
 use approval_core::keyring::{ApproverKey, SignatureKind};
 use approval_core::message::{Decision, Proof, SignedDecision};
 use approval_core::passkey;
@@ -219,7 +219,10 @@ impl Service {
             .map_err(|e| forbidden(e.to_string()))?
             .sign_count
             .unwrap_or(0);
-        let mark = format!("passkey/{}", passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..]));
+        let mark = format!(
+            "passkey/{}",
+            passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..])
+        );
         match self.store.raise(&mark, u64::from(count))? {
             Raise::Raised => Ok(()),
             Raise::Kept(0) if count == 0 => Ok(()),

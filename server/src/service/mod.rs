@@ -25,11 +25,13 @@
 //! approver_api, stdio, bridge), `run` or `notify`.
 
 mod decide;
+mod enrol;
 mod error;
 mod events;
 mod execute;
 pub mod long_poll;
 pub mod on_quorum;
+mod page;
 mod policies;
 mod propose;
 mod read;
@@ -93,6 +95,9 @@ pub struct Service {
     long_polls: long_poll::LongPolls,
     /// On-quorum proposals that may have become executable (see `on_quorum`).
     on_quorum: on_quorum::OnQuorumQueue,
+    /// Where approvers open the gate's pages (`--public-url`), for links in notices
+    /// (see `page`); `None` until known.
+    public_url: RwLock<Option<String>>,
 }
 
 /// The result of posting a decision.
@@ -153,6 +158,7 @@ impl Service {
             runtime: tokio::runtime::Handle::try_current().ok(),
             long_polls: Default::default(),
             on_quorum: Default::default(),
+            public_url: RwLock::new(None),
         })
     }
 

@@ -224,7 +224,9 @@ impl Store for FailStop {
     }
     fn raise(&self, name: &str, value: u64) -> Result<super::Raise, StoreError> {
         self.refused()?;
-        let r = self.in_flight.time("write", || self.inner.raise(name, value));
+        let r = self
+            .in_flight
+            .time("write", || self.inner.raise(name, value));
         self.watch(r)
     }
     fn create(

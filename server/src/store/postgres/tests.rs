@@ -201,7 +201,10 @@ fn postgres_store_passes_the_marks_contract() {
     contract::marks_race(&store);
     // A second instance on the same database sees the same marks.
     let other = PgStore::open(&db.url).unwrap();
-    assert_eq!(other.raise("passkey/a", 9).unwrap(), crate::store::Raise::Kept(u64::MAX));
+    assert_eq!(
+        other.raise("passkey/a", 9).unwrap(),
+        crate::store::Raise::Kept(u64::MAX)
+    );
 }
 
 #[test]
