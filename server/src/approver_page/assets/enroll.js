@@ -66,7 +66,8 @@
     return 'HTTP ' + r.status + ': ' + r.text.slice(0, 300);
   }
 
-  var m = /^\/enroll\/([A-Za-z0-9_-]{1,200})\/?$/.exec(location.pathname);
+  // The token: base64url parts joined by '.' (a signed claim), at most 2048 characters.
+  var m = /^\/enroll\/([A-Za-z0-9_.-]{1,2048})\/?$/.exec(location.pathname);
   var TOKEN = m ? m[1] : null;
   var BASE = TOKEN ? '/enroll/' + TOKEN : null;
   var options = null;
