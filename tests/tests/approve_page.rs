@@ -839,3 +839,151 @@ async fn passkeys_are_refused_where_not_accepted_and_without_user_verification()
     assert_eq!(mcp.status(&id).await?.approvals(), vec!["dana".to_owned()]);
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// A server that lies about the preview
+// ---------------------------------------------------------------------------
+
+/// A proxy in front of the gate that, while `lie` is set, changes the preview's
+/// summary in every `/approve/<id>/state` answer and leaves the claimed hash as
+/// it was: what a compromised server (or anything on the path) would send.
+#[derive(Clone)]
+struct Liar {
+    upstream: String,
+    lie: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    http: reqwest::Client,
+}
+
+async fn liar(
+    axum::extract::State(l): axum::extract::State<Liar>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+    let path = req.uri().path().to_owned();
+    let mut r = l.http.get(format!("{}{path}", l.upstream));
+    if let Some(v) = req.headers().get("x-approval-view") {
+        r = r.header("X-Approval-View", v);
+    }
+    let resp = match r.send().await {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let status = resp.status();
+    let kind = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/octet-stream")
+        .to_owned();
+    let mut body = resp.bytes().await.unwrap_or_default().to_vec();
+    if path.ends_with("/state") && l.lie.load(std::sync::atomic::Ordering::SeqCst) {
+        if let Ok(mut v) = serde_json::from_slice::<Value>(&body) {
+            v["preview"]["summary"] = json!("Write the release notes (and nothing else)");
+            body = v.to_string().into_bytes();
+        }
+    }
+    (status, [(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// The page recomputes the preview hash itself: a preview that does not hash to
+/// what the server claims gets the loud refusal and no button, and an honest
+/// answer on the same page brings the buttons back (so it was the hash).
+#[tokio::test]
+async fn a_preview_that_does_not_hash_to_the_claim_is_refused_with_no_button() -> Result<()> {
+    let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
+    let b = Browser::start().await?;
+    b.add_authenticator(Authenticator::default()).await?;
+    g.enrol(&b, "dana").await?;
+    let mcp = g.server.mcp().await?;
+    let p = mcp
+        .prepare(
+            "note.write",
+            json!({"text": "honest"}),
+            "Write the release notes",
+        )
+        .await?;
+    let (id, hash) = (p.proposal_id(), p.preview_sha256());
+    let url = g.approve_url(&id).await?;
+    let token = url.split_once("#v=").context("no token")?.1.to_owned();
+
+    let l = Liar {
+        upstream: g.origin.clone(),
+        lie: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        http: reqwest::Client::new(),
+    };
+    let lie = l.lie.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let app = axum::Router::new().fallback(liar).with_state(l);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+
+    b.goto(&format!("http://localhost:{port}/approve/{id}#v={token}"))
+        .await?;
+    let refusal = b
+        .wait(
+            "the refusal",
+            "const r = document.querySelector('#refusal'); return !r.hidden && r.textContent",
+            json!([]),
+        )
+        .await?;
+    let refusal = refusal.as_str().unwrap_or("");
+    assert!(
+        refusal.contains(
+            "the server sent a preview that does not hash to what it asks you to sign: do not approve; tell whoever runs the server"
+        ),
+        "{refusal}"
+    );
+    assert!(refusal.contains(&hash), "the claim is not shown: {refusal}");
+    assert_ne!(text(&b, "#hash").await?, hash);
+    assert!(shown_buttons(&b).await?.is_empty());
+    assert_eq!(
+        b.js("return document.querySelector('#decide').hidden", json!([]))
+            .await?,
+        json!(true)
+    );
+
+    // Honest again: the same page offers the decision.
+    lie.store(false, std::sync::atomic::Ordering::SeqCst);
+    b.wait(
+        "the refusal to go",
+        "return document.querySelector('#refusal').hidden",
+        json!([]),
+    )
+    .await?;
+    assert_eq!(text(&b, "#hash").await?, hash);
+    assert_eq!(
+        shown_buttons(&b).await?,
+        vec!["#btn-approve", "#btn-reject"]
+    );
+    b.type_into("#prefix", &hash[..8]).await?;
+    assert_eq!(
+        enabled_buttons(&b).await?,
+        vec!["#btn-approve", "#btn-reject"]
+    );
+
+    // And lying once more takes them away within 2 s, with what was typed.
+    lie.store(true, std::sync::atomic::Ordering::SeqCst);
+    let since = Instant::now();
+    poll_until("the refusal again", SHOWN_WITHIN, || async {
+        Ok(b.js(
+            "return !document.querySelector('#refusal').hidden",
+            json!([]),
+        )
+        .await?
+        .as_bool()
+        .filter(|shown| *shown))
+    })
+    .await?;
+    assert!(since.elapsed() <= SHOWN_WITHIN);
+    assert!(enabled_buttons(&b).await?.is_empty());
+    assert_eq!(
+        b.js("return document.querySelector('#prefix').value", json!([]))
+            .await?,
+        ""
+    );
+    assert!(mcp.status(&id).await?.approvals().is_empty());
+    Ok(())
+}
