@@ -89,6 +89,7 @@ impl Endpoint {
     /// Writes `<data>/endpoint.json` (atomically: a temporary file renamed over it).
     pub fn publish(
         data: &Path,
+        scheme: &str,
         mcp: SocketAddr,
         approver: SocketAddr,
         server_id: &str,
@@ -96,8 +97,8 @@ impl Endpoint {
         let ep = Endpoint {
             pid: std::process::id(),
             server_id: server_id.to_owned(),
-            mcp: format!("http://{}/mcp", url_host(connectable(mcp))),
-            approver: format!("http://{}", url_host(connectable(approver))),
+            mcp: format!("{scheme}://{}/mcp", url_host(connectable(mcp))),
+            approver: format!("{scheme}://{}", url_host(connectable(approver))),
         };
         let path = data.join(ENDPOINT_FILE);
         let tmp = data.join(format!("{ENDPOINT_FILE}.{}.tmp", std::process::id()));
@@ -123,6 +124,12 @@ impl Endpoint {
     /// Whether the server this file names is up: a loopback address whose
     /// `/healthz` answers with the same `server_id`. `Err` says why not.
     pub async fn check_live(&self) -> Result<(), String> {
+        if self.mcp.starts_with("https://") {
+            return Err(format!(
+                "the server on this folder serves HTTPS ({}); stdio joins only a plain-HTTP loopback endpoint: pass --connect URL to use it",
+                self.mcp
+            ));
+        }
         if !is_loopback_url(&self.mcp) || !is_loopback_url(&self.approver) {
             return Err(format!(
                 "the endpoint file names a non-loopback address ({}); only loopback endpoints are joined: pass --connect URL to use it",

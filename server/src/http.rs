@@ -52,11 +52,13 @@ pub struct McpOptions {
 
 impl McpOptions {
     /// Accepts the server's own loopback origins on the port it listens on
-    /// (`http://localhost:PORT`, `http://127.0.0.1:PORT`, `http://[::1]:PORT`): a page
+    /// (`SCHEME://localhost:PORT`, `SCHEME://127.0.0.1:PORT`, `SCHEME://[::1]:PORT`, with
+    /// `https` when the listener serves TLS): a page
     /// on another port or host is still refused, which is what stops DNS rebinding.
-    pub fn allow_own_origins(mut self, port: u16) -> Self {
+    pub fn allow_own_origins(mut self, scheme: &str, port: u16) -> Self {
         for host in ["localhost", "127.0.0.1", "[::1]"] {
-            self.allowed_origins.push(format!("http://{host}:{port}"));
+            self.allowed_origins
+                .push(format!("{scheme}://{host}:{port}"));
         }
         self
     }

@@ -29,6 +29,7 @@ pub mod service;
 pub mod stdio;
 pub mod store;
 pub mod throttle;
+pub mod tls;
 pub mod verify_cache;
 
 /// Fail-stop lives with the store it wraps; this path stays for its importers.

@@ -29,11 +29,17 @@
 //! up to [`APPROVER_RESERVE`] more connections are accepted for approvers only
 //! (signed requests, and `/healthz`), each closed after an answer or [`RESERVE_FUSE`]
 //! unless a signature on it has verified.
+//!
+//! With TLS ([`crate::tls`]) the handshake runs in the connection's task, inside the
+//! same fuse from accept and holding the same slot: a client that never finishes its
+//! handshake is closed when a silent one would be, and a failed handshake frees its
+//! slot at once.
 
 use crate::capacity::{
     Admission, Charge, ConnCharges, APPROVER_RESERVE, MAX_CONNECTIONS,
     MAX_REQUESTS_PER_HTTP1_CONNECTION, RESERVE_FUSE,
 };
+use crate::tls::Stream;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -193,11 +199,13 @@ fn mark_close(res: &mut axum::response::Response, version: hyper::Version) {
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, admitting requests
-/// against `admission`'s budgets (shared by all listeners of one server).
+/// against `admission`'s budgets (shared by all listeners of one server); over TLS
+/// when `tls` is given.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     admission: Arc<Admission>,
+    tls: Option<Arc<crate::tls::Tls>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let builder = |fuse| {
@@ -312,12 +320,38 @@ pub async fn serve(
                 }
             })
         };
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(svc))
-            .into_owned();
+        let builder = builder.clone();
         let mut stopping = stopping.clone();
         let admission = admission.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
+            let stream = match tls {
+                None => Stream::Plain(stream),
+                // The handshake is part of the first request: same fuse, same slot.
+                Some(tls) => tokio::select! {
+                    r = tokio::time::timeout_at(accepted + fuse, tls.acceptor().accept(stream)) => match r {
+                        Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                            admission.ended(conn_id);
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%addr, "TLS handshake not finished at its deadline: closed");
+                            admission.ended(conn_id);
+                            return;
+                        }
+                    },
+                    _ = stopping.changed() => {
+                        admission.ended(conn_id);
+                        return;
+                    }
+                },
+            };
+            let conn = builder.serve_connection_with_upgrades(
+                TokioIo::new(stream),
+                TowerToHyperService::new(svc),
+            );
             tokio::pin!(conn);
             // Set once the connection was asked to end gracefully: (when, whether
             // because it was idle rather than for shutdown).

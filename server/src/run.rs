@@ -62,6 +62,8 @@ pub struct ServeOptions {
     /// Where approvers open the gate's pages (`--public-url`), for the links in
     /// notices; by default `http://localhost:<port>` of a loopback approver listener.
     pub public_url: Option<String>,
+    /// HTTPS on both listeners (`--tls-cert`/`--tls-key`); `None`: plain HTTP.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 impl ServeOptions {
@@ -81,6 +83,7 @@ impl ServeOptions {
             public_url: None,
             database: None,
             claim_lease: crate::store::postgres::DEFAULT_LEASE,
+            tls: None,
         }
     }
 }
@@ -365,6 +368,14 @@ pub async fn serve_until(
     announce: Announce,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // A bad pair refuses the start, before anything listens.
+    let tls = match &opts.tls {
+        Some(files) => Some(Arc::new(
+            crate::tls::Tls::load(files.clone()).map_err(|e| anyhow::anyhow!("{e}"))?,
+        )),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let mut mcp_opts = McpOptions::default();
     mcp_opts
         .allowed_hosts
@@ -377,7 +388,7 @@ pub async fn serve_until(
         .await
         .map_err(|e| anyhow::anyhow!(cannot_listen(opts.listen, "--listen", &e)))?;
     let mcp_addr = listener.local_addr()?;
-    let mcp_opts = mcp_opts.allow_own_origins(mcp_addr.port());
+    let mcp_opts = mcp_opts.allow_own_origins(scheme, mcp_addr.port());
     let (main_router, approver) = match opts.approver_listen {
         Some(a) => {
             let l = tokio::net::TcpListener::bind(a)
@@ -395,7 +406,11 @@ pub async fn serve_until(
     // localhost (a secure context for WebAuthn; an IP address cannot be an RP ID).
     match (&opts.public_url, approver_addr.ip().is_loopback()) {
         (Some(u), _) => svc.set_public_url(u),
-        (None, true) => svc.set_public_url(&format!("http://localhost:{}", approver_addr.port())),
+        (None, true) => svc.set_public_url(&format!(
+            "{}://localhost:{}",
+            if opts.tls.is_some() { "https" } else { "http" },
+            approver_addr.port()
+        )),
         (None, false) => tracing::warn!(
             "no --public-url: notices carry no approver page link (passkey approvers need one: give the https:// address approvers open)"
         ),
@@ -404,10 +419,18 @@ pub async fn serve_until(
     crate::notify::spawn(svc.clone(), opts.notify.clone());
     // Published before the lines are printed: whoever read them can find the file.
     let server_id = svc.store().server_id().to_string();
-    let endpoint =
-        crate::endpoint::Endpoint::publish(&opts.data, mcp_addr, approver_addr, &server_id)?;
+    let endpoint = crate::endpoint::Endpoint::publish(
+        &opts.data,
+        scheme,
+        mcp_addr,
+        approver_addr,
+        &server_id,
+    )?;
+    if tls.is_none() {
+        warn_plain_remote(mcp_addr, approver_addr);
+    }
     let mut lines = format!(
-        "MCP endpoint: http://{}/mcp\nApprover API: http://{}\nServer identity: {} key {}",
+        "MCP endpoint: {scheme}://{}/mcp\nApprover API: {scheme}://{}\nServer identity: {} key {}",
         url_host(&mcp_addr),
         url_host(&approver_addr),
         svc.identity().server_id(),
@@ -416,8 +439,8 @@ pub async fn serve_until(
     if let Some(Banner(banner)) = &opts.banner {
         lines.push('\n');
         lines.push_str(&banner(
-            &format!("http://{}/mcp", url_host(&mcp_addr)),
-            &format!("http://{}", url_host(&approver_addr)),
+            &format!("{scheme}://{}/mcp", url_host(&mcp_addr)),
+            &format!("{scheme}://{}", url_host(&approver_addr)),
         ));
     }
     use std::io::Write;
@@ -442,6 +465,7 @@ pub async fn serve_until(
         svc.clone(),
         #[cfg(unix)]
         hup,
+        tls.clone(),
     );
     // One set of budgets for both listeners: an identity's share is the same wherever
     // it connects.
@@ -450,6 +474,7 @@ pub async fn serve_until(
         listener,
         main_router,
         admission.clone(),
+        tls.clone(),
         shutdown.clone().wait(),
     );
     match approver {
@@ -458,6 +483,7 @@ pub async fn serve_until(
                 l,
                 crate::approver_api::router(svc.clone()),
                 admission,
+                tls,
                 shutdown.clone().wait(),
             );
             tokio::join!(main, api);
@@ -508,7 +534,11 @@ fn tokio_util_shutdown(
     Shutdown(rx)
 }
 
-fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signal::unix::Signal>) {
+fn spawn_background(
+    svc: Arc<Service>,
+    #[cfg(unix)] mut hup: Option<tokio::signal::unix::Signal>,
+    tls: Option<Arc<crate::tls::Tls>>,
+) {
     let sweeper = svc.clone();
     // With leases (several instances), a dead instance's claims are found within
     // half a lease of expiring, and the sweep's leader ticks often enough to renew its
@@ -575,8 +605,40 @@ fn spawn_background(svc: Arc<Service>, #[cfg(unix)] mut hup: Option<tokio::signa
                     tracing::error!("reload refused (a readable keyring was still applied):\n{e}")
                 }
             }
+            if let Some(tls) = &tls {
+                reload_tls(tls);
+            }
         }
     });
+    #[cfg(not(unix))]
+    let _ = tls;
+}
+
+/// Re-reads the certificate and key on SIGHUP: new handshakes get a good new pair;
+/// a bad one is refused and the pair in force keeps serving (never an outage).
+pub fn reload_tls(tls: &crate::tls::Tls) {
+    match tls.reload() {
+        Ok(()) => tracing::info!(
+            cert = %tls.files().cert.display(),
+            "TLS certificate reloaded: new connections get it"
+        ),
+        Err(e) => tracing::error!(
+            "TLS certificate reload refused, the certificate in use keeps serving: {e}"
+        ),
+    }
+}
+
+/// Plain HTTP on an address other machines can reach: their approvers' previews and
+/// the agents' tokens would cross the network in clear.
+fn warn_plain_remote(mcp: SocketAddr, approver: SocketAddr) {
+    for addr in [mcp, approver] {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(
+                "serving plain HTTP on {addr}, which is not a loopback address: remote approvers need HTTPS, start with --tls-cert FILE --tls-key FILE"
+            );
+            return;
+        }
+    }
 }
 
 /// Admission asks the service who a token names and how a connection's signatures

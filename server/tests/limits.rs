@@ -106,6 +106,7 @@ async fn start_on(
         listener,
         app,
         approval_server::capacity::Admission::new(svc.clone()),
+        None,
         std::future::pending(),
     ));
     Srv {

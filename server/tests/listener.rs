@@ -44,6 +44,7 @@ async fn start() -> Srv {
         listener,
         app,
         approval_server::capacity::Admission::new(inner.svc.clone()),
+        None,
         std::future::pending(),
     ));
     Srv {

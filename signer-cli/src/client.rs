@@ -43,7 +43,20 @@ pub fn now_unix() -> i64 {
 impl Client {
     /// A client for the server at `base`, signing reads with `key` when given.
     pub fn new(base: Url, timeout: Duration, key: Option<SecretKey>) -> Result<Self> {
+        Self::with_roots(base, timeout, key, vec![])
+    }
+
+    /// [`Client::new`], trusting `roots` (a private CA, a self-signed certificate) for
+    /// `https://` besides the system's roots. TLS only guards the channel: the
+    /// server's pinned identity is checked all the same before anything is signed.
+    pub fn with_roots(
+        base: Url,
+        timeout: Duration,
+        key: Option<SecretKey>,
+        roots: Vec<reqwest::Certificate>,
+    ) -> Result<Self> {
         let http = reqwest::Client::builder()
+            .tls_certs_merge(roots)
             // Dropped before the server closes an idle connection (PROTOCOL.md,
             // "Connections"): a decision sent on a closing one would be lost.
             .pool_idle_timeout(Duration::from_secs(
@@ -106,8 +119,12 @@ impl Client {
         if detail.is_empty() {
             detail = e.to_string();
         }
-        let hint = if e.is_connect() {
-            ": is the server running, and is this the \"Approver API:\" address it printed?"
+        let tls_trouble = self.base.scheme() == "https"
+            && (detail.contains("certificate") || detail.contains("UnknownIssuer"));
+        let hint = if tls_trouble {
+            ": the server's TLS certificate is not trusted here; for a private CA or a self-signed certificate pass --tls-ca FILE (or SIGNER_TLS_CA, or `tls_ca = \"path\"` in config.toml)"
+        } else if e.is_connect() {
+            ": is the server running, and is this the \"Approver API:\" address it printed (http:// or https://)?"
         } else {
             ""
         };

@@ -4,7 +4,9 @@
 //! variables `SIGNER_SERVER`/`SIGNER_KEY` (both handled by clap), then the config file
 //! `$XDG_CONFIG_HOME/approval-signer/config.toml` (or `~/.config/approval-signer/`)
 //! with `server = "..."` and `key = "..."`. Without any key setting, the one `*.key`
-//! file in that folder is used when there is exactly one (what `keygen` made).
+//! file in that folder is used when there is exactly one (what `keygen` made). An
+//! `https://` server is checked against the system's roots plus, for a private
+//! deployment, the certificates of `--tls-ca`/`SIGNER_TLS_CA`/`tls_ca = "..."`.
 //!
 //! A secret key file readable or writable by group or others is refused, like ssh
 //! does, with the `chmod` that fixes it.
@@ -26,6 +28,9 @@ pub struct FileConfig {
     pub server: Option<String>,
     /// The secret key file (`~/` and paths relative to the config folder accepted).
     pub key: Option<String>,
+    /// Extra trusted CA or self-signed certificates for `https://` servers (PEM; `~/`
+    /// and paths relative to the config folder accepted).
+    pub tls_ca: Option<String>,
 }
 
 /// Settings from the global flags, resolved against the config file when needed.
@@ -41,6 +46,8 @@ pub struct Settings {
     pub known_servers: Option<PathBuf>,
     /// Time-out of each network call.
     pub timeout: Duration,
+    /// `--tls-ca` or `SIGNER_TLS_CA`: extra trusted certificates (PEM) for https.
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// `$XDG_CONFIG_HOME/approval-signer`, or `~/.config/approval-signer`.
@@ -67,7 +74,7 @@ pub fn load_file() -> Result<(FileConfig, PathBuf)> {
         Ok(text) => {
             let cfg: FileConfig = toml::from_str(&text).map_err(|e| {
                 usage(format!(
-                    "{}: {} (expected `server = \"http://...\"` and `key = \"path\"`)",
+                    "{}: {} (expected `server = \"http://...\"`, `key = \"path\"` and optionally `tls_ca = \"path\"`)",
                     path.display(),
                     e.message()
                 ))
@@ -163,10 +170,52 @@ impl Settings {
         }
     }
 
+    /// The extra certificates to trust for an `https://` server, from the flag, the
+    /// environment or the config file; none by default (the system's roots only).
+    /// They only let the channel be set up: the server's pinned identity key is still
+    /// checked before anything is signed.
+    pub fn tls_roots(&self) -> Result<Vec<reqwest::Certificate>> {
+        let path = match &self.tls_ca {
+            Some(p) => p.clone(),
+            None => {
+                let (cfg, dir) = load_file()?;
+                match cfg.tls_ca {
+                    Some(p) => expand(&p, &dir),
+                    None => return Ok(vec![]),
+                }
+            }
+        };
+        load_roots(&path)
+    }
+
     /// Loads the configured secret key (see [`load_key`]).
     pub fn secret_key(&self) -> Result<SecretKey> {
         load_key(&self.key_path()?)
     }
+}
+
+/// Reads a PEM file of certificates to trust (a private CA, or a server's own
+/// self-signed certificate), refusing a file that holds none.
+pub fn load_roots(path: &Path) -> Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path).map_err(|e| {
+        usage(format!(
+            "cannot read the TLS CA file {}: {e}: --tls-ca takes a PEM file of the certificates to trust",
+            path.display()
+        ))
+    })?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+        usage(format!(
+            "{}: not a PEM certificate file ({e}): --tls-ca takes `-----BEGIN CERTIFICATE-----` blocks",
+            path.display()
+        ))
+    })?;
+    if certs.is_empty() {
+        return Err(usage(format!(
+            "{}: no certificate found: --tls-ca takes `-----BEGIN CERTIFICATE-----` blocks (the CA's, or the server's own self-signed one)",
+            path.display()
+        )));
+    }
+    Ok(certs)
 }
 
 /// Reads a secret key file, refusing one that group or others may read or write.

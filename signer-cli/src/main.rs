@@ -13,7 +13,8 @@ const AFTER_HELP: &str = "\
 Configuration, first found wins: --server/--key, SIGNER_SERVER/SIGNER_KEY, then
 $XDG_CONFIG_HOME/approval-signer/config.toml (default ~/.config/approval-signer/)
 with `server = \"http://...\"` and `key = \"path\"`; without a key setting, the only
-*.key file in that folder.
+*.key file in that folder. An https:// server is checked against the system's
+roots plus --tls-ca FILE / SIGNER_TLS_CA / `tls_ca = \"path\"` (PEM).
 
 Each server's id and key are pinned on first use in <config dir>/known_servers
 (or --known-servers FILE / SIGNER_KNOWN_SERVERS); a server whose id or key changed
@@ -44,6 +45,11 @@ struct Cli {
     /// Where servers' ids and keys are pinned on first use [default: <config dir>/known_servers].
     #[arg(long, global = true, env = "SIGNER_KNOWN_SERVERS", value_name = "FILE")]
     known_servers: Option<PathBuf>,
+    /// Extra certificates to trust for an https:// server (PEM: a private CA, or the
+    /// server's self-signed certificate), besides the system's. The server's pinned
+    /// identity key stays the real check.
+    #[arg(long, global = true, env = "SIGNER_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Time-out of each network call, in seconds.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=600))]
@@ -181,6 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         json: cli.json,
         known_servers: cli.known_servers,
         timeout: Duration::from_secs(cli.timeout),
+        tls_ca: cli.tls_ca,
     };
     let s = &s;
     let d = |id: Option<String>, decision, reason: String, yes| async move {

@@ -420,7 +420,9 @@ impl Server {
                 }
             }
         }
-        if !server.mcp_url.starts_with("http://127.0.0.1:") || !server.mcp_url.ends_with("/mcp") {
+        let local = ["http://127.0.0.1:", "https://127.0.0.1:"];
+        if !local.iter().any(|p| server.mcp_url.starts_with(p)) || !server.mcp_url.ends_with("/mcp")
+        {
             bail!("unexpected MCP endpoint line: {:?}", server.mcp_url);
         }
         Ok(server)
@@ -796,8 +798,17 @@ pub struct Mcp {
 impl Mcp {
     /// Connects and initializes (`initialize`, then `notifications/initialized`).
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
+        Self::connect_with(http_client(), url, token).await
+    }
+
+    /// [`Mcp::connect`] with a client of the caller's (one that trusts a test CA).
+    pub async fn connect_with(
+        http: reqwest::Client,
+        url: &str,
+        token: Option<&str>,
+    ) -> Result<Self> {
         let mut c = Self {
-            http: http_client(),
+            http,
             url: url.to_owned(),
             token: token.map(str::to_owned),
             version: String::new(),

@@ -62,6 +62,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         database: None,
         claim_lease: crate::store::postgres::DEFAULT_LEASE,
         public_url: None,
+        tls: None,
     };
     let svc = run::start(&opts).await?;
     run::serve(opts, svc).await?;

@@ -26,6 +26,9 @@ use clap::Subcommand;
 use std::process::ExitCode;
 
 /// The subcommands, in the order `--help` lists them.
+// Parsed once per process and moved straight into its command: the size of the
+// largest variant (serve's flags) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the service.

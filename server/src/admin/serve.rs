@@ -50,6 +50,13 @@ pub struct ServeArgs {
     /// Origin accepted on /mcp (repeatable). By default any request with an Origin header is refused.
     #[arg(long)]
     allowed_origin: Vec<String>,
+    /// Serve HTTPS (both listeners): the certificate chain, PEM, the server's own
+    /// certificate first. Needs --tls-key. Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE", env = "APPROVAL_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, PEM (PKCS#8, RSA or SEC1). Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE", env = "APPROVAL_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// Most PENDING proposals one agent may have; more are refused with LIMIT_EXCEEDED.
     #[arg(long, default_value_t = 10_000)]
     max_pending_per_agent: u64,
@@ -137,6 +144,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         approver_listen,
         allowed_host,
         allowed_origin,
+        tls_cert,
+        tls_key,
         max_pending_per_agent,
         max_pending,
         public_url,
@@ -144,6 +153,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     } = args;
     if let Some(u) = &public_url {
         check_public_url(u)?;
+    }
+    let tls = tls_files(tls_cert, tls_key)?;
+    if let Some(files) = &tls {
+        // Checked before the store is opened: a bad pair refuses the start at once.
+        crate::tls::Tls::load(files.clone())?;
     }
     let notify = notify.options()?;
     let database = match store {
@@ -175,6 +189,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         notify,
         public_url,
+        tls,
     };
     let svc = run::start(&opts).await?;
     run::serve(opts, svc).await?;
@@ -193,6 +208,26 @@ fn check_public_url(u: &str) -> anyhow::Result<()> {
         anyhow::bail!("--public-url {u:?}: give the origin approvers open, https://host[:port] (http only for localhost), nothing after it");
     }
     Ok(())
+}
+
+/// `--tls-cert` and `--tls-key` go together: one without the other is refused,
+/// naming the missing flag, rather than silently serving plain HTTP.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> anyhow::Result<Option<crate::tls::TlsFiles>> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(crate::tls::TlsFiles { cert, key })),
+        (None, None) => Ok(None),
+        (Some(cert), None) => anyhow::bail!(
+            "--tls-cert {} needs --tls-key FILE (or APPROVAL_TLS_KEY), the certificate's private key as PEM",
+            cert.display()
+        ),
+        (None, Some(key)) => anyhow::bail!(
+            "--tls-key {} needs --tls-cert FILE (or APPROVAL_TLS_CERT), the certificate chain as PEM",
+            key.display()
+        ),
+    }
 }
 
 /// The flags of `stdio`.

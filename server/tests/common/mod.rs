@@ -118,7 +118,10 @@ pub async fn start_with(policies: &[(&str, &str)], agents: Option<&str>) -> Test
 pub async fn serve(svc: Arc<Service>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = http::app(svc, &McpOptions::default().allow_own_origins(addr.port()));
+    let app = http::app(
+        svc,
+        &McpOptions::default().allow_own_origins("http", addr.port()),
+    );
     let task = tokio::spawn(async move {
         let _ = axum::serve(
             listener,

@@ -29,7 +29,11 @@ pub fn parse_id(id: &str) -> Result<ProposalId> {
 pub fn connect(settings: &Settings) -> Result<Client> {
     let key = settings.secret_key()?;
     let known = crate::known_servers::path(settings.known_servers.as_deref())?;
-    Ok(Client::new(settings.server_url()?, settings.timeout, Some(key))?.with_known_servers(known))
+    let roots = settings.tls_roots()?;
+    Ok(
+        Client::with_roots(settings.server_url()?, settings.timeout, Some(key), roots)?
+            .with_known_servers(known),
+    )
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.

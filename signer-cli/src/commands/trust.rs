@@ -15,7 +15,12 @@ use serde_json::json;
 
 /// `signer-cli --server URL trust-server`.
 pub async fn trust_server(settings: &Settings) -> Result<()> {
-    let client = Client::new(settings.server_url()?, settings.timeout, None)?;
+    let client = Client::with_roots(
+        settings.server_url()?,
+        settings.timeout,
+        None,
+        settings.tls_roots()?,
+    )?;
     let path = known_servers::path(settings.known_servers.as_deref())?;
     let seen = client.identity().await?;
     let old = known_servers::lookup(&path, client.base())?;
