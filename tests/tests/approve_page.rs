@@ -492,6 +492,11 @@ async fn a_passkey_enrolled_on_the_page_approves_and_the_receipt_verifies_offlin
     // The view token left the address bar (it stays in the tab's sessionStorage).
     let href = b.js("return location.href", json!([])).await?;
     assert_eq!(href, format!("{}/approve/{id}", g.origin));
+    // Reloaded without it, the tab still reads the proposal.
+    assert_eq!(
+        open_page(&b, &format!("{}/approve/{id}", g.origin)).await?,
+        "PENDING"
+    );
     assert_eq!(text(&b, "#hash").await?, hash);
     assert_eq!(text(&b, "#hash mark").await?, hash[..8]);
     assert!(b

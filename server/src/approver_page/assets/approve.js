@@ -66,9 +66,10 @@
   var TOKEN = (function () {
     if (!ID) return '';
     var key = 'approval-view:' + ID;
-    var m = /^#v=([A-Za-z0-9_~.%-]+)$/.exec(location.hash);
+    // The token is base64url (a MAC): anything else in the fragment is ignored.
+    var m = /^#v=([A-Za-z0-9_-]{1,128})$/.exec(location.hash);
     if (m) {
-      sessionStorage.setItem(key, decodeURIComponent(m[1]));
+      sessionStorage.setItem(key, m[1]);
       history.replaceState(null, '', location.pathname + location.search);
     }
     return sessionStorage.getItem(key) || '';
