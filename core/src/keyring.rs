@@ -2,9 +2,11 @@
 //!
 //! One approver a line: `<name> ed25519 <base64 public key>`, or a passkey
 //! (`<name> webauthn-es256 <base64 COSE key> rp=<id> cred=<id> [origin=<origin>]`,
-//! see [`crate::approver_key`]), `#` comments. A name, a key or a passkey credential
-//! id that appears twice refuses the whole file: one key must never count as two
-//! approvers, and one name must never mean two keys. Weak (small-order) and
+//! see [`crate::approver_key`]), `#` comments. One name may have one Ed25519 key and
+//! any number of passkeys (a phone, a hardware token): they are one approver, who
+//! counts once whichever signs. A second key line for a name, or a key or passkey
+//! credential id that appears twice, refuses the whole file: one key must never
+//! count as two approvers, and one name must never mean two keys. Weak (small-order) and
 //! non-canonically encoded keys are refused, since `verify_strict` would reject
 //! every signature from them anyway and their presence means a mistake or an attack.
 //! Mixed-order keys (a real key plus a small-order point) are refused too: no
@@ -17,6 +19,7 @@
 //! defined here, so that its format is documented and tested in one place.
 
 use crate::ids::ApproverName;
+use crate::message::Proof;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ed25519_dalek::SigningKey;
@@ -29,7 +32,7 @@ pub use crate::keys::{KeyError, PublicKey};
 /// The approvers the server knows, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keyring {
-    by_name: BTreeMap<ApproverName, ApproverKey>,
+    by_name: BTreeMap<ApproverName, Vec<ApproverKey>>,
 }
 
 /// A keyring file that was refused, with the line to fix.
@@ -52,8 +55,8 @@ pub enum KeyringError {
         /// Why.
         source: KeyError,
     },
-    /// A name appears twice.
-    #[error("line {line}: approver {name:?} already appears on line {first}: each name once")]
+    /// A name has a second Ed25519 key.
+    #[error("line {line}: approver {name:?} already has a key on line {first}: one ed25519 key per name (passkeys may be added beside it)")]
     DuplicateName {
         /// Where it appears again.
         line: usize,
@@ -89,7 +92,7 @@ impl KeyringError {
 impl Keyring {
     /// Parses keyring text.
     pub fn parse(text: &str) -> Result<Self, KeyringError> {
-        let mut by_name = BTreeMap::new();
+        let mut by_name: BTreeMap<ApproverName, Vec<ApproverKey>> = BTreeMap::new();
         let mut name_line: BTreeMap<ApproverName, usize> = BTreeMap::new();
         let mut key_line: BTreeMap<[u8; 32], (usize, ApproverName)> = BTreeMap::new();
         let mut cred_line: BTreeMap<Vec<u8>, (usize, ApproverName)> = BTreeMap::new();
@@ -112,7 +115,7 @@ impl Keyring {
                 KeyPartError::Malformed(why) => malformed(&why),
                 KeyPartError::Key(source) => KeyringError::Key { line, source },
             })?;
-            if let Some(&first) = name_line.get(&name) {
+            if let (Some(&first), Some(_)) = (name_line.get(&name), key.as_key()) {
                 return Err(KeyringError::DuplicateName {
                     line,
                     first,
@@ -130,28 +133,41 @@ impl Keyring {
                     other: other.to_string(),
                 });
             }
-            name_line.insert(name.clone(), line);
+            if key.as_key().is_some() {
+                name_line.insert(name.clone(), line);
+            }
             key_line.insert(key.identity(), (line, name.clone()));
             if let Some(p) = key.as_passkey() {
                 cred_line.insert(p.credential_id().to_vec(), (line, name.clone()));
             }
-            by_name.insert(name, key);
+            by_name.entry(name).or_default().push(key);
         }
         Ok(Self { by_name })
     }
 
-    /// The credential of an approver.
-    pub fn get(&self, name: &ApproverName) -> Option<&ApproverKey> {
-        self.by_name.get(name)
+    /// Every credential of an approver (none for an unknown name).
+    pub fn credentials(&self, name: &ApproverName) -> &[ApproverKey] {
+        self.by_name.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// The approver whose passkey has this credential id.
-    pub fn by_credential(&self, credential_id: &[u8]) -> Option<(&ApproverName, &PasskeyEntry)> {
-        self.by_name.iter().find_map(|(n, k)| {
-            k.as_passkey()
-                .filter(|p| p.credential_id() == credential_id)
-                .map(|p| (n, p))
+    /// An approver's Ed25519 key: what signs reads of the approver API.
+    pub fn key(&self, name: &ApproverName) -> Option<&PublicKey> {
+        self.credentials(name).iter().find_map(ApproverKey::as_key)
+    }
+
+    /// The credential a decision's proof must verify under: the approver's key for
+    /// a signature, their passkey with the assertion's credential id for a passkey.
+    pub fn for_proof(&self, name: &ApproverName, proof: &Proof) -> Option<&ApproverKey> {
+        self.credentials(name).iter().find(|k| match (k, proof) {
+            (ApproverKey::Key(_), Proof::Signature(_)) => true,
+            (ApproverKey::Passkey(p), Proof::Passkey(a)) => p.credential_id() == a.credential_id,
+            _ => false,
         })
+    }
+
+    /// The passkeys of an approver.
+    pub fn passkeys(&self, name: &ApproverName) -> impl Iterator<Item = &PasskeyEntry> {
+        self.credentials(name).iter().filter_map(ApproverKey::as_passkey)
     }
 
     /// Whether an approver is known.
@@ -159,9 +175,11 @@ impl Keyring {
         self.by_name.contains_key(name)
     }
 
-    /// All approvers, sorted by name.
+    /// Every credential with its approver, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&ApproverName, &ApproverKey)> {
-        self.by_name.iter()
+        self.by_name
+            .iter()
+            .flat_map(|(n, ks)| ks.iter().map(move |k| (n, k)))
     }
 
     /// Number of approvers.

@@ -428,10 +428,11 @@ impl ReadAuth {
         path_and_query: &str,
         now: Timestamp,
     ) -> Result<ApproverName, ReadAuthError> {
+        if !keyring.contains(&self.approver) {
+            return Err(ReadAuthError::UnknownApprover(self.approver.to_string()));
+        }
         let key = keyring
-            .get(&self.approver)
-            .ok_or_else(|| ReadAuthError::UnknownApprover(self.approver.to_string()))?
-            .as_key()
+            .key(&self.approver)
             .ok_or_else(|| ReadAuthError::PasskeyApprover(self.approver.to_string()))?;
         let skew = self.unix_seconds - now.unix();
         if skew.abs() > READ_WINDOW_SECS {

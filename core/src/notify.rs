@@ -209,6 +209,10 @@ pub struct Notice {
     pub status: String,
     /// The approver who revoked or resolved it (`revoked`, `resolved`).
     pub by: Option<String>,
+    /// The gate's approver page for this proposal, when its kind accepts passkeys
+    /// (issue #34). It lets its holder read the proposal; deciding there still needs
+    /// the passkey ceremony, so the link acts on nothing by itself.
+    pub approve_url: Option<String>,
 }
 
 /// Escapes text for Slack mrkdwn: `&`, `<`, `>` as Slack asks, so no `<url|label>`
@@ -370,16 +374,26 @@ impl Notice {
         for (what, cmd) in self.commands() {
             let _ = writeln!(t, "{what:<8}      {cmd}");
         }
+        if let Some(u) = &self.approve_url {
+            let _ = writeln!(t, "page          {u}");
+        }
         let _ = writeln!(t);
         let _ = writeln!(
             t,
-            "Check that signer-cli shows a preview hash starting with the one above."
+            "Check that signer-cli (or the page) shows a preview hash starting with the one above."
         );
         let _ = writeln!(
             t,
             "Nothing in this message can approve: approving is a signature made"
         );
-        let _ = writeln!(t, "with signer-cli on your own machine.");
+        if self.approve_url.is_some() {
+            let _ = writeln!(
+                t,
+                "with signer-cli on your own machine, or with your passkey on the page."
+            );
+        } else {
+            let _ = writeln!(t, "with signer-cli on your own machine.");
+        }
         if let Some(p) = &self.payload {
             let _ = writeln!(t);
             let _ = writeln!(
@@ -413,6 +427,9 @@ impl Notice {
             "title": self.title(),
             "commands": self.commands().into_iter().map(|(k, v)| (k.to_string(), Value::String(v))).collect::<serde_json::Map<_, _>>(),
         });
+        if let Some(u) = &self.approve_url {
+            v["approve_url"] = Value::String(u.clone());
+        }
         if let Some(p) = &self.payload {
             v["payload"] = p.clone();
         }
@@ -442,6 +459,11 @@ impl Notice {
         }
         for (what, cmd) in self.commands() {
             let _ = writeln!(m, "{what}: `{}`", slack_escape(&cmd));
+        }
+        if let Some(u) = &self.approve_url {
+            // The server's own link (its id and token are base64url): the only link
+            // in the message; nothing of the agent's can form one.
+            let _ = writeln!(m, "<{}|Open the approver page>", slack_escape(u));
         }
         if let Some(p) = &self.payload {
             let _ = writeln!(m, "payload: {}", slack_code(&p.to_string()));
@@ -476,7 +498,24 @@ mod tests {
             payload: None,
             status: "PENDING".into(),
             by: None,
+            approve_url: None,
         }
+    }
+
+    #[test]
+    fn the_page_link_is_in_every_body_only_when_given() {
+        let mut n = notice("x");
+        assert!(!n.text().contains("/approve/") && n.json().get("approve_url").is_none());
+        n.approve_url = Some("https://gate.example/approve/p-1#v=abc_-".into());
+        assert!(n.text().contains("page          https://gate.example/approve/p-1#v=abc_-"));
+        assert!(n.text().contains("or with your passkey on the page"));
+        assert_eq!(n.json()["approve_url"], "https://gate.example/approve/p-1#v=abc_-");
+        let slack = n.slack().to_string();
+        assert!(slack.contains("<https://gate.example/approve/p-1#v=abc_-|Open the approver page>"));
+        // The agent's text still forms no link.
+        let mut evil = notice("<https://evil.example|click>");
+        evil.approve_url = n.approve_url.clone();
+        assert!(!evil.slack().to_string().contains("<https://evil"));
     }
 
     #[test]

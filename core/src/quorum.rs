@@ -113,16 +113,17 @@ pub fn evaluate_with(
     verify: impl Fn(&ApproverKey, &SignedDecision, &Sha256Hex) -> bool,
 ) -> Tally {
     let mut seen: BTreeSet<([u8; 32], Decision)> = BTreeSet::new();
+    let mut seen_names: BTreeSet<(&ApproverName, Decision)> = BTreeSet::new();
     let mut approvals: Vec<ApproverName> = Vec::new();
     let mut rejections: Vec<ApproverName> = Vec::new();
     let mut revocations: Vec<ApproverName> = Vec::new();
     let mut resolutions = Vec::new();
     let mut ignored = Vec::new();
     for (i, d) in decisions.iter().enumerate() {
-        let Some(key) = keyring.get(&d.approver) else {
+        if !keyring.contains(&d.approver) {
             ignored.push((i, Ignored::UnknownApprover));
             continue;
-        };
+        }
         if !policy.is_approver(&d.approver) {
             ignored.push((i, Ignored::NotInPolicy));
             continue;
@@ -131,11 +132,18 @@ pub fn evaluate_with(
             ignored.push((i, Ignored::NotAccepted));
             continue;
         }
+        // The credential the proof names: their key, or that passkey of theirs.
+        let Some(key) = keyring.for_proof(&d.approver, &d.proof) else {
+            ignored.push((i, Ignored::BadSignature));
+            continue;
+        };
         if !verify(key, d, preview_sha256) {
             ignored.push((i, Ignored::BadSignature));
             continue;
         }
-        if !seen.insert((key.identity(), d.decision)) {
+        // One approver counts once per decision, whichever of their credentials
+        // signed (a key and a passkey are the same human).
+        if !seen.insert((key.identity(), d.decision)) || !seen_names.insert((&d.approver, d.decision)) {
             ignored.push((i, Ignored::DuplicateKey));
             continue;
         }

@@ -253,7 +253,7 @@ impl Receipt {
             .enumerate()
             .filter(|(i, _)| !ignored.contains(i))
             .filter_map(|(_, d)| {
-                keyring.get(&d.approver).map(|k| ReceiptDecision {
+                keyring.for_proof(&d.approver, &d.proof).map(|k| ReceiptDecision {
                     approver: d.approver.clone(),
                     key: k.clone(),
                     decision: d.decision,
@@ -387,7 +387,9 @@ pub fn verify_receipt_for_server(
     }
     let signed: Vec<SignedDecision> = receipt.decisions.iter().map(|d| d.signed()).collect();
     for (i, d) in receipt.decisions.iter().enumerate() {
-        if keyring.get(&d.approver).is_some_and(|k| k != &d.key) {
+        if keyring.contains(&d.approver)
+            && keyring.for_proof(&d.approver, &d.proof) != Some(&d.key)
+        {
             return Err(ReceiptError::Decision {
                 index: i,
                 approver: d.approver.to_string(),

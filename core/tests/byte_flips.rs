@@ -272,7 +272,7 @@ proptest! {
             .and_then(|back| {
                 // The approver's name is not in the signed text: it is bound by the
                 // keyring (one key, one name), exactly as the server and receipts check.
-                let key = kr.get(&back.approver).ok_or("unknown approver")?;
+                let key = kr.for_proof(&back.approver, &back.proof).ok_or("unknown approver")?;
                 back.verify(key, &h).map(|_| back).map_err(|e| e.to_string())
             });
         if let Ok(back) = verdict {

@@ -256,7 +256,7 @@ fn keyring_accepts_comments_blank_lines_and_crlf() {
     .replace("  # trailing comment lines are whole lines", "");
     let kr = Keyring::parse(&text).unwrap();
     assert_eq!(kr.len(), 2);
-    assert_eq!(kr.get(&approver("bob")), Some(&public_key("bob").into()));
+    assert_eq!(kr.key(&approver("bob")), Some(&public_key("bob")));
     assert!(!kr.contains(&approver("carol")));
     assert!(Keyring::parse("").unwrap().is_empty());
     let names: Vec<_> = full_keyring().iter().map(|(n, _)| n.to_string()).collect();

@@ -214,7 +214,7 @@ impl axum::extract::FromRequestParts<ApiState> for StreamReader {
 /// A refusal for a signature that does not verify, naming the fingerprint of the key
 /// the server holds for that name, so the approver can see a key mismatch.
 pub fn with_held_key(message: String, svc: &Service, who: &ApproverName) -> String {
-    match svc.config().keyring.get(who).and_then(|k| k.as_key()) {
+    match svc.config().keyring.key(who) {
         Some(k) => format!(
             "{message}; {}",
             approval_core::fingerprint::held_key_note(who, k)

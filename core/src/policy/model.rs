@@ -285,14 +285,15 @@ impl Policy {
         src: Option<&str>,
     ) -> Result<(), PolicyError> {
         for a in &self.spec.approvers {
-            let Some(key) = keyring.get(a) else {
+            let creds = keyring.credentials(a);
+            if creds.is_empty() {
                 return Err(PolicyError {
                     file: file.to_owned(),
                     line: src.and_then(|s| line_of_key(s, "approvers")),
                     message: format!("approver \"{a}\" is not in the keyring: add their line from `signer-cli keygen` or remove them"),
                 });
-            };
-            if !self.accepts(key.kind()) {
+            }
+            if let Some(key) = creds.first().filter(|_| !creds.iter().any(|k| self.accepts(k.kind()))) {
                 return Err(PolicyError {
                     file: file.to_owned(),
                     line: src.and_then(|s| line_of_key(s, "accept").or_else(|| line_of_key(s, "approvers"))),

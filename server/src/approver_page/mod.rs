@@ -138,9 +138,8 @@ fn page_state(svc: &Service, id: &str, token: &str) -> Result<PageState, ApiErro
         .spec()
         .approvers
         .iter()
-        .filter_map(|a| {
-            let p = keyring.get(a)?.as_passkey()?;
-            Some(PagePasskey {
+        .flat_map(|a| {
+            keyring.passkeys(a).map(|p| PagePasskey {
                 approver: a.clone(),
                 credential_id: approval_core::passkey::b64url(p.credential_id()),
                 rp_id: p.rp_id().to_owned(),

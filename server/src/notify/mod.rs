@@ -154,9 +154,13 @@ pub fn describe(c: &NotifyChannel) -> String {
 }
 
 fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: bool) -> Notice {
-    let (quorum, approvers) = match svc.policy_of(rec) {
-        Ok(p) => (p.spec().quorum, p.spec().approvers.clone()),
-        Err(_) => (0, Vec::new()),
+    let (quorum, approvers, passkeys) = match svc.policy_of(rec) {
+        Ok(p) => (
+            p.spec().quorum,
+            p.spec().approvers.clone(),
+            p.accepts(approval_core::keyring::SignatureKind::Passkey),
+        ),
+        Err(_) => (0, Vec::new(), false),
     };
     // As it was when the event happened, like the approvals.
     let decided = &item.decided;
@@ -187,6 +191,11 @@ fn notice(svc: &Service, rec: &ProposalRecord, item: &OutboxItem, with_payload: 
         // `waiting` sent after the proposal ended offers no approve.
         status: rec.lifecycle.at(svc.now()).status.to_string(),
         by: item.by.clone(),
+        approve_url: if passkeys {
+            svc.page_link(rec.id())
+        } else {
+            None
+        },
     }
 }
 

@@ -111,12 +111,27 @@ impl Service {
     /// Step 1: the approver's key in the keyring in force.
     fn approver_key(&self, d: &SignedDecision) -> Result<ApproverKey, ServiceError> {
         let config = self.config();
-        let key = config.keyring.get(&d.approver).ok_or_else(|| {
-            forbidden(format!(
+        if !config.keyring.contains(&d.approver) {
+            return Err(forbidden(format!(
                 "approver {} is not in the server's keyring",
                 d.approver
-            ))
-        })?;
+            )));
+        }
+        let key = config
+            .keyring
+            .for_proof(&d.approver, &d.proof)
+            .ok_or_else(|| {
+                forbidden(match d.proof {
+                    Proof::Signature(_) => format!(
+                        "approver {} has no ed25519 key in the server's keyring, only passkeys: decide on the approver page",
+                        d.approver
+                    ),
+                    Proof::Passkey(_) => format!(
+                        "approver {} has no passkey with this credential id in the server's keyring: enrol it (`approval-server enroll {}`) and add its line",
+                        d.approver, d.approver
+                    ),
+                })
+            })?;
         Ok(key.clone())
     }
 

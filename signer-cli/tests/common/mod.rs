@@ -412,7 +412,7 @@ async fn decide(
     };
     let hash =
         approval_core::Sha256Hex::parse(v["preview_sha256"].as_str().unwrap_or("")).expect("hash");
-    let key = keyring().get(&d.approver).cloned();
+    let key = keyring().for_proof(&d.approver, &d.proof).cloned();
     if key.is_none_or(|k| d.verify(&k, &hash).is_err()) {
         return (
             StatusCode::FORBIDDEN,
