@@ -35,9 +35,6 @@ use webauthn::Authenticator;
 /// What the page promises: a change made elsewhere shows within this long.
 const SHOWN_WITHIN: Duration = Duration::from_secs(2);
 
-/// How long a proposal's notice may take to arrive with its link.
-const NOTICE_WAIT: Duration = Duration::from_secs(5);
-
 /// The buttons the page can show.
 const BUTTONS: [&str; 3] = ["#btn-approve", "#btn-reject", "#btn-revoke"];
 
@@ -206,11 +203,10 @@ impl Gate {
         Ok((line, link))
     }
 
-    /// The page link for `id`: the one its webhook notice carries (`approve_url`);
-    /// when no notice carries one within a few seconds, the same link made from
-    /// the server's key as the server makes it ([`view_token`]), said on stderr.
+    /// The page link for `id`, as its webhook notice carries it (`approve_url`,
+    /// present for kinds that accept passkeys).
     async fn approve_url(&self, id: &str) -> Result<String> {
-        let from_notice = poll_until("a notice with approve_url", NOTICE_WAIT, || async {
+        let url = poll_until("a notice with approve_url", STEP_TIMEOUT, || async {
             Ok(self
                 .hooks
                 .bodies()
@@ -218,29 +214,27 @@ impl Gate {
                 .filter(|b| b["proposal_id"] == id)
                 .find_map(|b| b["approve_url"].as_str().map(str::to_owned)))
         })
-        .await;
-        let url = match from_notice {
-            Ok(url) => url,
-            Err(_) => {
-                eprintln!(
-                    "none of the {} webhook notices for {id} carries approve_url; \
-                     the link is made from server.key instead",
-                    self.hooks
-                        .bodies()
-                        .iter()
-                        .filter(|b| b["proposal_id"] == id)
-                        .count()
-                );
-                format!(
-                    "{}/approve/{id}#v={}",
-                    self.origin,
-                    view_token(&self.world.data, id)?
-                )
-            }
-        };
+        .await
+        .with_context(|| format!("notices: {:?}", self.hooks.bodies()))?;
         let want = format!("{}/approve/{id}#v=", self.origin);
         assert!(url.starts_with(&want), "{url} does not start with {want}");
+        assert_eq!(
+            url,
+            self.page_link(id)?,
+            "not the link the server's key makes"
+        );
         Ok(url)
+    }
+
+    /// The page link for `id` made from the server's key, as the server makes it
+    /// ([`view_token`]): for a kind that accepts keys only, whose notices carry no
+    /// link, but whose page a link holder may still open.
+    fn page_link(&self, id: &str) -> Result<String> {
+        Ok(format!(
+            "{}/approve/{id}#v={}",
+            self.origin,
+            view_token(&self.world.data, id)?
+        ))
     }
 
     /// `signer-cli --json verify RECEIPT --keys KEYRING --server-key KEY`, offline.
@@ -779,7 +773,15 @@ async fn passkeys_are_refused_where_not_accepted_and_without_user_verification()
         .await?;
     p.expect("PENDING_QUORUM", false);
     let (id, hash) = (p.proposal_id(), p.preview_sha256());
-    assert_eq!(open_page(&b, &g.approve_url(&id).await?).await?, "PENDING");
+    let notice = poll_until("the key-only kind's notice", STEP_TIMEOUT, || async {
+        Ok(g.hooks
+            .bodies()
+            .into_iter()
+            .find(|b| b["proposal_id"] == id.as_str()))
+    })
+    .await?;
+    assert_eq!(notice["approve_url"], Value::Null, "{notice}");
+    assert_eq!(open_page(&b, &g.page_link(&id)?).await?, "PENDING");
     let note = b
         .wait(
             "the signer-cli note",
