@@ -10,9 +10,14 @@
 //! secure context, so WebAuthn works without TLS.
 //!
 //! What is attacked: a page left open while the proposal changes elsewhere (no
-//! button may stay enabled), a used enrolment link, a kind that does not accept
-//! passkeys, an assertion without user verification, and a receipt whose passkey
-//! assertion was altered in any one field.
+//! button may stay enabled), a server whose preview does not hash to what it claims
+//! (a lying proxy), a used enrolment link, a kind that does not accept passkeys, an
+//! assertion without user verification, and a receipt whose passkey assertion was
+//! altered in any one field.
+//!
+//! Run: `cargo build -p approval-server -p signer-cli && cargo test -p approval-e2e
+//! --test approve_page`; `APPROVAL_UPDATE_SCREENSHOTS=1` also writes
+//! `docs/img/approve-phone.png`.
 
 mod support;
 
