@@ -335,7 +335,8 @@ impl Server {
         Self::start_full(opts, launcher, &[], &[])
     }
 
-    /// Starts with extra `serve` flags and environment variables.
+    /// Starts with extra `serve` flags and environment variables (`--listen` among
+    /// them replaces the default `127.0.0.1:0`).
     pub fn start_full(
         opts: &ServerOptions,
         launcher: &[std::ffi::OsString],
@@ -361,8 +362,12 @@ impl Server {
             .arg("--policies")
             .arg(&opts.policies)
             .arg("--keys")
-            .arg(&opts.keys)
-            .args(["--listen", "127.0.0.1:0"]);
+            .arg(&opts.keys);
+        // A test that needs a known port (a page origin fixed before the server
+        // starts) passes its own `--listen`; otherwise any free port.
+        if !extra.iter().any(|a| a == "--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
         if let Some(a) = &opts.agents {
             cmd.arg("--agents").arg(a);
         }
