@@ -40,6 +40,12 @@ impl DisabledKind {
         &self.file
     }
 
+    /// Whether its policy names notification channels (the server keeps its outbox
+    /// on for them, so the reload that enables the kind loses no notice).
+    pub fn notifies(&self) -> bool {
+        !self.policy.spec().notify.is_empty()
+    }
+
     /// The approvers the policy names that are not in the keyring, in policy order.
     pub fn missing(&self) -> &[ApproverName] {
         &self.missing

@@ -128,13 +128,17 @@ fn channels_of(svc: &Service, opts: &NotifyOptions, rec: &ProposalRecord) -> Vec
     }
 }
 
+/// Whether any kind may notify: disabled kinds count too, so that the reload that
+/// enables one (a passkey line added, an approver's key restored) finds the outbox
+/// already on, and its first proposal's notice is not lost to the deliverer's tick.
 fn any_channel(svc: &Service, opts: &NotifyOptions) -> bool {
+    let config = svc.config();
     !opts.default_channels.is_empty()
-        || svc
-            .config()
+        || config.policies.iter().any(|p| !p.spec().notify.is_empty())
+        || config
             .policies
-            .iter()
-            .any(|p| !p.spec().notify.is_empty())
+            .disabled()
+            .any(|d| d.notifies())
 }
 
 /// Where a channel sends, for logs (a webhook's scheme and host only: its path may
