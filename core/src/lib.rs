@@ -18,7 +18,9 @@
 //!   with a passkey instead of a key file.
 //!
 //! And what every program shows a human: [`escape`] and [`unicode`], the one policy
-//! for showing untrusted text (escaping and look-alike warnings).
+//! for showing untrusted text (escaping and look-alike warnings); and [`show`], a
+//! server's proposal view checked and rendered as every approver reads it (the CLI,
+//! its page, the gate's approver page).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -42,6 +44,7 @@ pub mod policy;
 pub mod preview;
 pub mod quorum;
 pub mod receipt;
+pub mod show;
 pub mod status;
 pub mod time;
 pub mod unicode;

@@ -5,8 +5,10 @@
 //! - [`config`]: where the server and key come from, loading the key safely;
 //! - [`client`]: HTTP with signed reads, time-outs, and server errors;
 //! - [`known_servers`]: each server's id and key, pinned on first use;
-//! - [`proposal`]: the local checks every proposal passes before it is shown or signed;
-//! - [`display`]: rendering, with `approval_core::escape` (the one escaping and
+//! - [`proposal`]: core's checks ([`approval_core::show`]) every proposal passes before it
+//!   is shown or signed, as the CLI's refusals;
+//! - [`display`]: terminal detection, tables, `--json`; the rendering and the escaping
+//!   are core's (`approval_core::show` and `approval_core::escape`, the one escaping and
 //!   look-alike policy, shared with the server's notifications);
 //! - [`commands`]: one module per command;
 //! - [`ui`]: the approver's page (`signer-cli ui`): a loopback server and its guards;

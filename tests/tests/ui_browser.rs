@@ -1073,3 +1073,130 @@ async fn the_browser_is_opened_through_a_private_file_never_with_the_secret_in_a
     assert!(text.contains(&format!("url={url}\"")), "{text}");
     Ok(())
 }
+
+/// `note.write` with either alice or bob enough: one approval reaches quorum.
+const NOTE_POLICY_ALICE_OR_BOB: &str = r#"
+kind = "note.write"
+description = "Write a note"
+quorum = 1
+approvers = ["alice", "bob"]
+ttl = "30m"
+execute_within = "10m"
+[payload_schema]
+type = "object"
+required = ["text"]
+[executor]
+type = "note"
+"#;
+
+/// The reported bug: a card stayed "PENDING" with its approve button live after
+/// another approver decided from another machine. Alice has the proposal open twice
+/// (its pending card, and opened by id); bob's approval from the command line
+/// reaches the 1-of-2 quorum. Within 2 s every card of it on alice's page says
+/// APPROVED and offers no approve, and a decision sent from the stale card is
+/// refused by signer-cli, nothing signed.
+#[tokio::test]
+async fn a_decision_made_elsewhere_updates_every_open_card_within_two_seconds() -> Result<()> {
+    let world = World::new(&["alice", "bob"])?;
+    world.write_policy("note.write.toml", NOTE_POLICY_ALICE_OR_BOB)?;
+    let server = world.start()?;
+    let mcp = server.mcp().await?;
+    let ui = Ui::start(&world, "alice", &server).await?;
+    let b = Browser::start().await?;
+    b.goto(&ui.url).await?;
+    b.wait(
+        "the page's event stream",
+        "return document.querySelector('#live').textContent === 'live updates: on'",
+        json!([]),
+    )
+    .await?;
+    let p = mcp
+        .prepare(
+            "note.write",
+            json!({"text": "ship it"}),
+            "Decided elsewhere",
+        )
+        .await?;
+    let (id, hash) = (p.proposal_id(), p.preview_sha256());
+    let c = card(&id);
+    b.wait(
+        "the proposal's card with an approve choice",
+        "return document.querySelector(arguments[0]) !== null",
+        json!([format!("{c} option[value=approve]")]),
+    )
+    .await?;
+    b.type_into("#open input[name=id]", &id).await?;
+    b.click("#open button").await?;
+    let opened = format!("#opened article[data-id=\"{id}\"]");
+    b.wait(
+        "the opened card with an approve choice",
+        "return document.querySelector(arguments[0]) !== null",
+        json!([format!("{opened} option[value=approve]")]),
+    )
+    .await?;
+    // Alice starts typing into the card she will not get to send.
+    b.type_into(&format!("{opened} input[name=confirm]"), &hash[..8])
+        .await?;
+
+    world.signer("bob", &server).approve(&id).await?;
+    let decided = std::time::Instant::now();
+    // Every card of the proposal, wherever it is on the page: its status line, and
+    // whether it still offers approve.
+    let cards = "const cs = [...document.querySelectorAll('article')].filter(a => a.dataset.id === arguments[0]);
+        return cs.map(a => ({
+            approved: a.querySelector('pre.preview') !== null
+                && a.querySelector('pre.preview').textContent.includes(arguments[0] + '  (APPROVED)'),
+            approve: a.querySelector('option[value=approve]') !== null,
+        }));";
+    poll_until("every card to show APPROVED", STEP_TIMEOUT, || async {
+        let v = b.js(cards, json!([id])).await?;
+        let all = v.as_array().cloned().unwrap_or_default();
+        let done = all.len() >= 2 && all.iter().all(|x| x["approved"] == true);
+        Ok(done.then_some(()))
+    })
+    .await?;
+    let took = decided.elapsed();
+    assert!(
+        took <= Duration::from_secs(2),
+        "the page took {took:?} to show bob's approval"
+    );
+    let v = b.js(cards, json!([id])).await?;
+    for x in v.as_array().cloned().unwrap_or_default() {
+        assert_eq!(x["approve"], false, "a card still offers approve: {v}");
+    }
+    assert!(
+        b.js(
+            "return document.querySelector(arguments[0]) === null",
+            json!([c])
+        )
+        .await?
+            == true,
+        "the proposal is still listed as pending"
+    );
+
+    // What the stale card would have sent: signer-cli reads the proposal again and
+    // refuses, naming what changed.
+    let stale = json!({"proposal_id": id, "decision": "approve", "confirm": &hash[..8],
+        "shown_sha256": &hash, "shown_status": "PENDING", "reason": ""});
+    b.js(
+        "window.__stale = null; call('POST', '/api/decide', arguments[0]).then(r => { window.__stale = 'signed: ' + JSON.stringify(r); }, e => { window.__stale = e.message; }); return null",
+        json!([stale]),
+    )
+    .await?;
+    let answer = b
+        .wait(
+            "the stale decision's answer",
+            "return window.__stale",
+            json!([]),
+        )
+        .await?;
+    assert_eq!(
+        answer,
+        format!(
+            "REFUSED: proposal {id} changed since the page showed it: it was PENDING, it is now APPROVED; nothing signed. Read it again before deciding"
+        )
+    );
+    let st = mcp.status(&id).await?;
+    assert_eq!(st.approvals(), vec!["bob".to_owned()], "{}", st.structured);
+    Ok(())
+}

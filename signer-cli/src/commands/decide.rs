@@ -98,7 +98,7 @@ pub fn may_make(checked: &Checked, me: &ApproverName, decision: Decision) -> Res
     let (_, needed_text) = allowed(decision);
     // Core's table: a veto still lands during a policy's cooldown (the server is the
     // judge of when it ends).
-    let cooling = checked.cooling_until().is_some();
+    let cooling = checked.cooling_until(now_unix()).is_some();
     if !Action::of(decision).allowed_in(checked.status, cooling) {
         return Err(refused(format!(
             "proposal {id} is {}: {decision} is only possible while it is {needed_text}; nothing signed",
@@ -200,7 +200,7 @@ pub async fn sign_and_send(
 /// The outcome line, e.g. `approved: 1 of 2, waiting for 1 more (and 1 of [carol])`.
 pub fn outcome_line(decision: Decision, c: &Checked) -> String {
     match decision {
-        Decision::Approve => format!("approved: {}", c.progress()),
+        Decision::Approve => format!("approved: {}", c.progress(now_unix())),
         Decision::Reject => {
             let vetoes = c.policy.spec().vetoes;
             let have = c.quorum.rejections.len();

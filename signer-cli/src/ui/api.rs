@@ -76,6 +76,10 @@ fn item(st: &UiState, c: &Checked) -> Value {
         "preview_sha256": c.hash.to_hex(),
         "text": c.render(now_unix(), false),
         "decisions": decisions,
+        // Whether it can still change (core's word): the page re-reads every card
+        // that can, on every change the server announces, so that no card stays
+        // actionable after a decision made elsewhere.
+        "final": c.status.is_final(),
     })
 }
 
@@ -161,6 +165,11 @@ struct Decide {
     confirm: String,
     /// The whole preview hash of the card the human read (the page's own copy).
     shown_sha256: String,
+    /// The status on the card the human read (`PENDING`, ...): a decision is not
+    /// signed over a proposal that changed since (another approver decided, it
+    /// expired, ran or was withdrawn). Absent: only the checks of `may_make`.
+    #[serde(default)]
+    shown_status: String,
     /// Why (signed along with the decision).
     #[serde(default)]
     reason: String,
@@ -168,8 +177,8 @@ struct Decide {
 
 /// `POST /api/decide`: fetches and checks the proposal again (never trusting what
 /// the page showed earlier), refuses unless its recomputed hash is the one of the
-/// card the human read and the human typed its first 8 characters, then signs and
-/// sends exactly as `signer-cli approve`.
+/// card the human read, its status is still the one that card showed, and the human
+/// typed its first 8 characters, then signs and sends exactly as `signer-cli approve`.
 pub async fn decide(State(st): State<Arc<UiState>>, body: String) -> Response {
     let done = async {
         let d: Decide = serde_json::from_str(&body)
@@ -194,6 +203,14 @@ pub async fn decide(State(st): State<Arc<UiState>>, body: String) -> Response {
                  nothing signed. Read it again before deciding",
                 escape(&truncate(&d.shown_sha256, 64)),
                 checked.hash.to_hex()
+            )));
+        }
+        if !d.shown_status.is_empty() && d.shown_status != checked.status.as_str() {
+            return Err(refused(format!(
+                "proposal {id} changed since the page showed it: it was {}, it is now {}; \
+                 nothing signed. Read it again before deciding",
+                truncate(&d.shown_status, 20),
+                checked.status.as_str()
             )));
         }
         may_make(&checked, &st.me, decision)?;

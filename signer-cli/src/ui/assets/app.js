@@ -78,6 +78,7 @@ function decideForm(item) {
         decision: sel.value,
         confirm: confirm.value,
         shown_sha256: item.preview_sha256,
+        shown_status: item.status,
         reason: reason.value,
       });
       confirm.value = '';
@@ -100,6 +101,15 @@ function fill(card, item) {
   card.replaceChildren();
   card.dataset.id = item.proposal_id;
   card.dataset.sig = JSON.stringify(item);
+  if (item.unread) {
+    card.className = 'proposal refused';
+    card.append(
+      el('h3', {}, `UNREAD ${item.proposal_id}`),
+      el('p', { class: 'error problem' }, item.problem),
+      el('p', {}, 'It may have changed: nothing can be signed from this card until it is read again.'),
+    );
+    return;
+  }
   if (!item.checked) {
     card.className = 'proposal refused';
     card.append(
@@ -144,9 +154,34 @@ function logResult(r) {
   $('#log').prepend(entry);
 }
 
-// Re-reads the pending list; a card whose proposal did not change is left alone,
-// so what the human is typing into it survives live updates.
-async function refresh() {
+// Re-reads everything the page shows that can still change. One run at a time (a
+// change announced during a run starts one more after it), so an older answer
+// never lands after a newer one and brings a decided proposal back as pending.
+let running = null;
+let again = false;
+function refresh() {
+  if (running) {
+    again = true;
+    return running;
+  }
+  running = (async () => {
+    try {
+      do {
+        again = false;
+        await refreshOnce();
+      } while (again);
+    } finally {
+      running = null;
+    }
+  })();
+  return running;
+}
+
+// The pending list, then every other card. A card whose proposal did not change is
+// left alone, so what the human is typing into it survives live updates; a card
+// whose proposal left the list (decided here or elsewhere, expired, withdrawn)
+// moves to "No longer pending" and shows what it is now.
+async function refreshOnce() {
   let st;
   try {
     st = await call('GET', '/api/state');
@@ -170,8 +205,33 @@ async function refresh() {
       fill(old, item);
     }
   }
-  for (const [id, c] of have) if (!seen.has(id)) c.remove();
+  for (const [id, c] of have) if (!seen.has(id)) $('#moved').prepend(c);
+  $('#moved-section').hidden = $('#moved').children.length === 0;
   $('#empty').hidden = st.proposals.length !== 0;
+  await rereadOthers();
+}
+
+// Every card outside the pending list whose proposal can still change, read again
+// as `signer-cli show ID` (once per proposal). One that cannot be read now loses its
+// form until it can: a card is never left actionable on an old reading.
+async function rereadOthers() {
+  const byId = new Map();
+  for (const c of document.querySelectorAll('#moved article, #opened article, #log article')) {
+    let item = null;
+    try { item = JSON.parse(c.dataset.sig); } catch (_) { /* re-read it */ }
+    if (item && item.checked && item.final) continue;
+    if (!byId.has(c.dataset.id)) byId.set(c.dataset.id, []);
+    byId.get(c.dataset.id).push(c);
+  }
+  await Promise.all([...byId].map(async ([id, cards]) => {
+    let item;
+    try {
+      item = await call('GET', `/api/proposal?id=${encodeURIComponent(id)}`);
+    } catch (e) {
+      item = { proposal_id: id, checked: false, unread: true, problem: `cannot read it again: ${e.message}` };
+    }
+    for (const c of cards) if (c.dataset.sig !== JSON.stringify(item)) fill(c, item);
+  }));
 }
 
 function listen() {
