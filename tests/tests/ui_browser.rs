@@ -19,6 +19,7 @@ use approval_e2e::{
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 #[path = "support/browser.rs"]

@@ -181,9 +181,9 @@ fn page_state(svc: &Service, id: &str, token: &str) -> Result<PageState, ApiErro
 /// The proposal as `signer-cli show` prints it, without colour.
 fn render(view: &approval_core::api::ProposalView, svc: &Service) -> Result<String, String> {
     let v = serde_json::to_value(view).map_err(|e| e.to_string())?;
-    // TEMP until show-core lands.
-    let _ = svc;
-    Ok(approval_core::escape::render_json(&v))
+    approval_core::show::Checked::check(&v, Some(&view.proposal_id), svc.identity().server_id())
+        .map(|c| c.render(svc.now().unix(), false))
+        .map_err(|e| e.to_string())
 }
 
 /// `GET /enroll/<token>/options`.

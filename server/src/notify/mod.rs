@@ -135,10 +135,7 @@ fn any_channel(svc: &Service, opts: &NotifyOptions) -> bool {
     let config = svc.config();
     !opts.default_channels.is_empty()
         || config.policies.iter().any(|p| !p.spec().notify.is_empty())
-        || config
-            .policies
-            .disabled()
-            .any(|d| d.notifies())
+        || config.policies.disabled().any(|d| d.notifies())
 }
 
 /// Where a channel sends, for logs (a webhook's scheme and host only: its path may
