@@ -20,8 +20,9 @@
 //! machine recomputed; a passkey signs on a page the gate serves (THREAT_MODEL.md).
 
 use crate::fingerprint;
+use crate::keys::Signature;
 use crate::keys::{KeyError, PublicKey};
-use crate::passkey::{self, Algorithm, CoseKey};
+use crate::passkey::{self, Algorithm, Assertion, CoseKey};
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,26 @@ impl SignatureKind {
 impl fmt::Display for SignatureKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What proves a decision: a signature over `message::decision_message`, or a WebAuthn
+/// assertion whose challenge is the SHA-256 of it (`message::passkey_challenge`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
+    /// Ed25519 over `message::decision_message`.
+    Signature(Signature),
+    /// A passkey's assertion over `message::passkey_challenge`.
+    Passkey(Box<Assertion>),
+}
+
+impl Proof {
+    /// Which kind of signature this is, as a policy's `accept` names it.
+    pub fn kind(&self) -> SignatureKind {
+        match self {
+            Proof::Signature(_) => SignatureKind::Key,
+            Proof::Passkey(_) => SignatureKind::Passkey,
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! nothing a keyring line does not.
 
 use crate::ids::ApproverName;
-use crate::keyring::PublicKey;
+use crate::keys::PublicKey;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
 use sha2::{Digest, Sha256};

@@ -19,14 +19,13 @@
 //! defined here, so that its format is documented and tested in one place.
 
 use crate::ids::ApproverName;
-use crate::message::Proof;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ed25519_dalek::SigningKey;
 use std::collections::BTreeMap;
 use thiserror::Error;
 
-pub use crate::approver_key::{ApproverKey, KeyPartError, PasskeyEntry, SignatureKind};
+pub use crate::approver_key::{ApproverKey, KeyPartError, PasskeyEntry, Proof, SignatureKind};
 pub use crate::keys::{KeyError, PublicKey};
 
 /// The approvers the server knows, by name.

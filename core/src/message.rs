@@ -23,7 +23,8 @@ use std::fmt;
 use std::str::FromStr;
 use thiserror::Error;
 
-use crate::approver_key::{ApproverKey, SignatureKind};
+use crate::approver_key::ApproverKey;
+pub use crate::approver_key::Proof;
 use crate::keys::PublicKey;
 pub use crate::keys::{MessageError, Signature};
 use crate::passkey::Assertion;
@@ -151,26 +152,6 @@ pub struct SignedDecision {
     pub reason: String,
     /// What proves the approver made it.
     pub proof: Proof,
-}
-
-/// What proves a decision: a signature over [`decision_message`], or a WebAuthn
-/// assertion whose challenge is the SHA-256 of it ([`passkey_challenge`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Proof {
-    /// Ed25519 over [`decision_message`].
-    Signature(Signature),
-    /// A passkey's assertion over [`passkey_challenge`].
-    Passkey(Box<Assertion>),
-}
-
-impl Proof {
-    /// Which kind of signature this is, as a policy's `accept` names it.
-    pub fn kind(&self) -> SignatureKind {
-        match self {
-            Proof::Signature(_) => SignatureKind::Key,
-            Proof::Passkey(_) => SignatureKind::Passkey,
-        }
-    }
 }
 
 /// The wire shape of [`SignedDecision`].

@@ -41,12 +41,7 @@ fuzz_target!(|data: &[u8]| {
     let signed: Vec<SignedDecision> = r
         .decisions
         .iter()
-        .map(|d| SignedDecision {
-            approver: d.approver.clone(),
-            decision: d.decision,
-            reason: d.reason.clone(),
-            signature: d.signature,
-        })
+        .map(|d| d.signed())
         .collect();
     let tally = evaluate(policy, &kr, &v.preview_sha256(), &signed);
     assert_eq!(
@@ -69,8 +64,8 @@ fuzz_target!(|data: &[u8]| {
         .approvers()
         .iter()
         .map(|a| {
-            kr.get(a)
-                .expect("counted approver is in the keyring")
+            kr.key(a)
+                .expect("counted approver has a key in the keyring")
                 .to_bytes()
         })
         .collect();

@@ -81,7 +81,6 @@ pub fn router(svc: Arc<Service>) -> Router {
 
 /// [`router`] with another deadline for a decision body (tests use a short one).
 pub fn router_with_deadline(svc: Arc<Service>, body_read_timeout: std::time::Duration) -> Router {
-    let svc_for_pages = svc.clone();
     let state = ApiState {
         svc,
         watchers: Arc::default(),
@@ -99,7 +98,6 @@ pub fn router_with_deadline(svc: Arc<Service>, body_read_timeout: std::time::Dur
         .layer(axum::middleware::from_fn_with_state(state.clone(), settle))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))
         .with_state(state)
-        .merge(crate::approver_page::router(svc_for_pages))
 }
 
 /// The connection a request came on, when the listener numbered it: failed

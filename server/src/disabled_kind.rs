@@ -54,7 +54,7 @@ pub fn public_reason(d: &DisabledKind) -> String {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "kind {} is disabled: its policy names approver(s) {names} who are not in the keyring; an operator must remove them from the policy or add their key back, then reload",
+            "kind {} is disabled: its policy names approver(s) {names} who are not in the keyring; an operator must remove them from the policy or add their key (or enrol their passkey) back, then reload",
             d.kind()
         )
     }

@@ -144,7 +144,12 @@ async fn guard(State(st): State<McpState>, mut req: Request, next: Next) -> Resp
 
 /// Everything on one listener.
 pub fn app(svc: Arc<Service>, opts: &McpOptions) -> Router {
-    mcp_router(svc.clone(), opts).merge(approver_api::router(svc))
+    mcp_router(svc.clone(), opts).merge(approver_routes(svc))
+}
+
+/// The humans' side: the approver API and the gate's approver and enrolment pages.
+pub fn approver_routes(svc: Arc<Service>) -> Router {
+    approver_api::router(svc.clone()).merge(crate::approver_page::router(svc))
 }
 
 fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {

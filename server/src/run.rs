@@ -481,7 +481,7 @@ pub async fn serve_until(
         Some(l) => {
             let api = crate::listener::serve(
                 l,
-                crate::approver_api::router(svc.clone()),
+                crate::http::approver_routes(svc.clone()),
                 admission,
                 tls,
                 shutdown.clone().wait(),

@@ -76,7 +76,7 @@ impl DisabledKind {
             .join(", ");
         format!(
             "kind {} is disabled: its policy names approver(s) {names} who are not in the keyring; \
-             remove them from approvers (and require groups) in {} or add their key back, then reload",
+             remove them from approvers (and require groups) in {} or add their key (or passkey: `approval-server enroll NAME`) back, then reload",
             self.kind(),
             self.file
         )

@@ -51,6 +51,7 @@ impl From<::sled::Error> for StoreError {
 }
 
 mod key;
+mod marks;
 
 /// The layout of keys written by this build; see [`key`]. Layout 1 (one sled
 /// tree per kind of entry, written with sled transactions) is refused by name.
@@ -504,31 +505,7 @@ impl Store for SledStore {
     }
 
     fn raise(&self, name: &str, value: u64) -> Result<super::Raise, StoreError> {
-        super::shared::check_mark_name(name)?;
-        let k = [key::MARK, name.as_bytes()].concat();
-        loop {
-            let cur = self.tree.get(&k)?;
-            let held = match &cur {
-                None => None,
-                Some(v) => Some(u64::from_be_bytes(
-                    v.as_ref()
-                        .try_into()
-                        .map_err(|_| corrupt(&k, "a mark is not 8 bytes"))?,
-                )),
-            };
-            if let Some(h) = held.filter(|h| *h >= value) {
-                return Ok(super::Raise::Kept(h));
-            }
-            // Compare-and-swap against what was read: a concurrent raise makes this
-            // one read again, so two raises never both win with the same value.
-            let swapped = self
-                .tree
-                .compare_and_swap(&k, cur, Some(&value.to_be_bytes()[..]))?;
-            if swapped.is_ok() {
-                self.db.flush()?;
-                return Ok(super::Raise::Raised);
-            }
-        }
+        marks::raise(&self.db, &self.tree, name, value)
     }
 
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
