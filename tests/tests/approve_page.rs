@@ -999,3 +999,63 @@ async fn a_preview_that_does_not_hash_to_the_claim_is_refused_with_no_button() -
     assert!(mcp.status(&id).await?.approvals().is_empty());
     Ok(())
 }
+
+/// Hostile text (bidi overrides, zero-width and control characters, look-alike
+/// letters, markup) is shown on the page exactly as `signer-cli show` prints it:
+/// escaped, with the look-alike warnings, and nothing raw or executable reaches the
+/// document (the exact-JSON view too shows every such character as an escape).
+#[tokio::test]
+async fn hostile_text_is_shown_escaped_exactly_as_signer_cli_show_prints_it() -> Result<()> {
+    let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
+    let b = Browser::start().await?;
+    b.add_authenticator(Authenticator::default()).await?;
+    g.enrol(&b, "dana").await?;
+    let mcp = g.server.mcp().await?;
+    let summary =
+        "Pay invoice \u{202E}fdp.exe\u{202C} to \u{0430}dmin\u{200B} <b>now</b>\u{7}\u{1b}[2J";
+    let payload = json!({
+        "text": "Wire 9,000 EUR to \u{0440}\u{0430}ypal.com\u{2066} (hidden)\u{2069}\nthen <img src=x onerror=alert(1)><script>alert(2)</script>",
+    });
+    let p = mcp.prepare("note.write", payload, summary).await?;
+    let id = p.proposal_id();
+    let url = g.approve_url(&id).await?;
+    assert_eq!(open_page(&b, &url).await?, "PENDING");
+    let shown = text(&b, "#preview").await?;
+    let cli = g
+        .world
+        .signer("alice", &g.server)
+        .ok(&["show", &id])
+        .await?
+        .stdout;
+    let stable = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.starts_with("created") && !l.starts_with("expires"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(stable(&shown), stable(&cli), "page:\n{shown}\ncli:\n{cli}");
+    for needle in [
+        "\\u{202e}fdp.exe\\u{202c}",
+        "\\u{200b}",
+        "WARNING: \"аdmin\" in summary mixes Cyrillic and Latin letters",
+        "<img src=x onerror=alert(1)><script>alert(2)</script>",
+    ] {
+        assert!(shown.contains(needle), "page lacks {needle:?}:\n{shown}");
+    }
+    let html = b
+        .js("return document.documentElement.outerHTML", json!([]))
+        .await?;
+    let html = html.as_str().unwrap_or("");
+    for c in ['\u{202E}', '\u{200B}', '\u{7}', '\u{1b}', '\u{2066}'] {
+        assert!(!html.contains(c), "raw {c:?} in the page");
+    }
+    let counts = b
+        .js(
+            "return [document.querySelectorAll('img').length, document.querySelectorAll('b').length, \
+             [...document.querySelectorAll('script')].every(s => s.src.startsWith(location.origin + '/approve/assets/'))]",
+            json!([]),
+        )
+        .await?;
+    assert_eq!(counts, json!([0, 0, true]));
+    Ok(())
+}

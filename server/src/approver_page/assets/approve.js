@@ -184,7 +184,12 @@
     var q = data.quorum || {};
     $('quorum').textContent = str(q.have) + ' of ' + str(q.need) + ' approvals';
     $('preview').textContent = str(data.rendered);
-    $('preview-json').textContent = JSON.stringify(data.preview, null, 2);
+    // Every character outside printable ASCII as its JSON escape (\u202e, \u0430...):
+    // the same JSON, with nothing hidden, reordered or looking like something else.
+    $('preview-json').textContent = JSON.stringify(data.preview, null, 2).replace(
+      /[^\x20-\x7e\n]/g,
+      (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'),
+    );
     drawHash(hash);
     drawDecisions(data.decisions);
     if (!ok) {
