@@ -24,8 +24,10 @@ const jcs = require(join(root, 'server/src/approver_page/assets/jcs.js'));
 function vectorsDir() {
   const candidates = [
     process.env.VECTORS,
+    // The copy committed with core's tests (identical to ../shared/vectors, which a
+    // clean checkout may not have beside it).
+    join(root, 'core', 'tests', 'vectors', 'external'),
     resolve(root, '..', 'shared', 'vectors'),
-    '/work/shared/vectors',
   ].filter(Boolean);
   const found = candidates.find((d) => existsSync(join(d, 'rfc8785')));
   if (!found) {
