@@ -52,6 +52,12 @@ impl VerifyCache {
                     buf.extend_from_slice(part);
                 }
             }
+            (ApproverKey::Ssh(_), Proof::SshSig(s)) => {
+                for part in [key.to_fields().as_bytes(), s.as_bytes()] {
+                    buf.extend_from_slice(&(part.len() as u64).to_be_bytes());
+                    buf.extend_from_slice(part);
+                }
+            }
             // A proof of the other kind never verifies.
             _ => return false,
         }

@@ -312,6 +312,20 @@ impl Policy {
         Ok(())
     }
 
+    /// Why `require_touch` / `require_verify` refuse a proof, or `None` when they take
+    /// it (or are off). Read from the proof before it is verified; it counts only
+    /// once it verified, so the flags are the token's.
+    pub fn presence_refusal(&self, proof: &crate::approver_key::Proof) -> Option<&'static str> {
+        let p = proof.presence();
+        if self.spec.require_verify && !(p.touched && p.verified) {
+            return Some("require_verify: count only a security key (sk-ssh-ed25519@openssh.com) signature with touch and PIN (flags 0x01 and 0x04), or a passkey");
+        }
+        if self.spec.require_touch && !p.touched {
+            return Some("require_touch: count only a security key (sk-ssh-ed25519@openssh.com) signature made with a touch (flag 0x01), or a passkey");
+        }
+        None
+    }
+
     /// Whether this kind of signature counts under the policy (`accept`).
     pub fn accepts(&self, kind: crate::approver_key::SignatureKind) -> bool {
         self.spec.accept.contains(&kind)
