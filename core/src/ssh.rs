@@ -63,7 +63,11 @@ impl SshKey {
             .decode(b64)
             .ok()
             .filter(|b| STANDARD.encode(b) == b64)
-            .ok_or_else(|| bad(format!("the {word} key is not standard base64 (copy it from the .pub file)")))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "the {word} key is not standard base64 (copy it from the .pub file)"
+                ))
+            })?;
         let key = ssh_key::PublicKey::from_bytes(&blob)
             .map_err(|e| bad(format!("the {word} key does not decode: {e}")))?;
         if key.algorithm().as_str() != word {
@@ -73,7 +77,9 @@ impl SshKey {
             )));
         }
         if key.to_bytes().ok().as_deref() != Some(&blob[..]) {
-            return Err(bad(format!("the {word} key has trailing or non-canonical bytes")));
+            return Err(bad(format!(
+                "the {word} key has trailing or non-canonical bytes"
+            )));
         }
         let point = match (key.key_data().ed25519(), key.key_data().sk_ed25519()) {
             (Some(k), None) => k.0,
@@ -126,7 +132,10 @@ impl SshKey {
 
     /// `SHA256:...` exactly as `ssh-keygen -l` prints it.
     pub fn fingerprint(&self) -> String {
-        format!("SHA256:{}", STANDARD_NO_PAD.encode(Sha256::digest(&self.blob)))
+        format!(
+            "SHA256:{}",
+            STANDARD_NO_PAD.encode(Sha256::digest(&self.blob))
+        )
     }
 
     /// The name under which the server keeps this token's last counter:
@@ -231,8 +240,13 @@ impl SshSignature {
             return Err("bytes after the agent's signature".into());
         }
         let key = ssh_key::PublicKey::from_bytes(&key.blob).map_err(|e| e.to_string())?;
-        let sig = SshSig::new(key.key_data().clone(), NAMESPACE, HashAlg::Sha512, signature)
-            .map_err(|e| e.to_string())?;
+        let sig = SshSig::new(
+            key.key_data().clone(),
+            NAMESPACE,
+            HashAlg::Sha512,
+            signature,
+        )
+        .map_err(|e| e.to_string())?;
         let mut bytes = Vec::new();
         sig.encode(&mut bytes).map_err(|e| e.to_string())?;
         Self::from_bytes(bytes)
