@@ -290,9 +290,9 @@ fn require_touch_and_require_verify() {
     assert_eq!(t.ignored, vec![(0, Ignored::NoTouch)]);
 
     let verify = policy_with("require_verify = true", &["fred", "gina"], 1);
-    let t = evaluate(&verify, &kr, &h, &[gina_up.clone()]);
+    let t = evaluate(&verify, &kr, &h, std::slice::from_ref(&gina_up));
     assert_eq!(t.ignored, vec![(0, Ignored::NoTouch)]);
-    let t = evaluate(&verify, &kr, &h, &[gina_uv.clone()]);
+    let t = evaluate(&verify, &kr, &h, std::slice::from_ref(&gina_uv));
     assert_eq!(t.outcome, QuorumOutcome::Reached);
     assert!(verify
         .presence_refusal(&gina_up.proof)

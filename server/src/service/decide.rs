@@ -246,9 +246,10 @@ impl Service {
                     passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..])
                 ),
                 format!(
-                    "passkey assertion refused: {}'s signature counter",
-                    d.approver
-                ) + &format!(" ({} bytes of credential id)", a.credential_id.len()),
+                    "passkey assertion refused: {}'s signature counter ({} bytes of credential id)",
+                    d.approver,
+                    a.credential_id.len()
+                ),
             ),
             (ApproverKey::Ssh(k), Proof::SshSig(_)) if k.is_sk() => (
                 k.counter_mark(),
