@@ -69,7 +69,7 @@ impl SshKey {
                 ))
             })?;
         let key = ssh_key::PublicKey::from_bytes(&blob)
-            .map_err(|e| bad(format!("the {word} key does not decode: {e}")))?;
+            .map_err(|_| bad(format!("the {word} key is not an OpenSSH key blob: copy the base64 after the type from the .pub file or `ssh-add -L` (it starts with {})", if sk { "AAAAGnNrLXNzaC1lZDI1NTE5" } else { "AAAAC3NzaC1lZDI1NTE5" })))?;
         if key.algorithm().as_str() != word {
             return Err(bad(format!(
                 "the key is a {}, but the line says {word}",
