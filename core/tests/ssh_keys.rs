@@ -289,6 +289,19 @@ fn require_touch_and_require_verify() {
     );
     assert_eq!(t.ignored, vec![(0, Ignored::NoTouch)]);
 
+    // An approver who could never count under it disables the kind (§5.3).
+    let e = touch
+        .check_keyring(&kr, "email.send.toml", None)
+        .unwrap_err();
+    assert!(
+        e.message.contains("fred") && e.message.contains("require_touch"),
+        "{e:?}"
+    );
+    let only_gina = policy_with("require_verify = true", &["gina"], 1);
+    assert!(only_gina
+        .check_keyring(&kr, "email.send.toml", None)
+        .is_ok());
+
     let verify = policy_with("require_verify = true", &["fred", "gina"], 1);
     let t = evaluate(&verify, &kr, &h, std::slice::from_ref(&gina_up));
     assert_eq!(t.ignored, vec![(0, Ignored::NoTouch)]);

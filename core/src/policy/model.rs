@@ -308,6 +308,25 @@ impl Policy {
                     ),
                 });
             }
+            let touchable = |k: &crate::approver_key::ApproverKey| {
+                self.accepts(k.kind())
+                    && (k.as_passkey().is_some() || k.as_ssh().is_some_and(|s| s.is_sk()))
+            };
+            if (self.spec.require_touch || self.spec.require_verify) && !creds.iter().any(touchable)
+            {
+                let which = if self.spec.require_verify {
+                    "require_verify"
+                } else {
+                    "require_touch"
+                };
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: src.and_then(|s| line_of_key(s, which).or_else(|| line_of_key(s, "approvers"))),
+                    message: format!(
+                        "approver \"{a}\" holds no security key (sk-ssh-ed25519@openssh.com) or accepted passkey, and this policy has {which} = true, so they could never count: give them such a line, or remove {which}"
+                    ),
+                });
+            }
         }
         Ok(())
     }
