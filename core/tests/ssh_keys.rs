@@ -406,3 +406,69 @@ fn sshsig_encodings_are_canonical() {
     assert!(SshSignature::parse("AAAA").is_err());
     assert!(SshSignature::parse("").is_err());
 }
+
+#[test]
+fn a_receipt_with_a_touched_security_key_verifies_offline_and_a_plain_key_does_not_count() {
+    use approval_core::receipt::{verify_receipt, Receipt};
+    let (sk, key) = sk_key(12, "ssh:");
+    let (plain_key, plain_line) = plain(13);
+    let kr = Keyring::parse(&format!("fred {plain_line}\ngina {}\n", sk_line(&key))).unwrap();
+    let pol = policy_with("require_touch = true", &["gina"], 1);
+    let p = preview(&pol, serde_json::json!({"to": "x@example.com"}));
+    let h = p.sha256();
+    let m = msg(Decision::Approve, &h, "");
+    let gina = decision(
+        "gina",
+        Decision::Approve,
+        "",
+        sk_sshsig(&sk, &key, "ssh:", "approval-v1", UP, 4, &m),
+    );
+    let r = Receipt::build(&p, &pol, &kr, std::slice::from_ref(&gina));
+    let text = serde_json::to_string(&r).unwrap();
+    let back = Receipt::from_json_text(&text).unwrap();
+    assert!(verify_receipt(&back, &kr, None).is_ok());
+    // Any byte of the SSHSIG altered: refused (or unreadable).
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let bytes = STANDARD
+        .decode(v["decisions"][0]["sshsig"].as_str().unwrap())
+        .unwrap();
+    for i in (0..bytes.len()).step_by(7) {
+        let mut b = bytes.clone();
+        b[i] ^= 0x01;
+        let mut w = v.clone();
+        w["decisions"][0]["sshsig"] = STANDARD.encode(&b).into();
+        let refused = Receipt::from_json_text(&w.to_string())
+            .map(|r| verify_receipt(&r, &kr, None).is_err())
+            .unwrap_or(true);
+        assert!(refused, "byte {i} altered was accepted");
+    }
+    // A plain ssh-ed25519 approval put into the receipt does not count.
+    let pol2 = policy_with("require_touch = true", &["fred", "gina"], 1);
+    let p2 = preview(&pol2, serde_json::json!({"to": "x@example.com"}));
+    let h2 = p2.sha256();
+    let made = plain_key
+        .sign(
+            ssh::NAMESPACE,
+            HashAlg::Sha512,
+            &msg(Decision::Approve, &h2, ""),
+        )
+        .unwrap();
+    let mut raw = Vec::new();
+    made.encode(&mut raw).unwrap();
+    let fred = decision(
+        "fred",
+        Decision::Approve,
+        "",
+        SshSignature::from_bytes(raw).unwrap(),
+    );
+    let mut r2 = Receipt::build(&p2, &pol2, &kr, &[]);
+    r2.decisions.push(approval_core::receipt::ReceiptDecision {
+        approver: approver("fred"),
+        key: kr.credentials(&approver("fred"))[0].clone(),
+        decision: Decision::Approve,
+        reason: String::new(),
+        proof: fred.proof,
+    });
+    let e = verify_receipt(&r2, &kr, None).unwrap_err();
+    assert!(e.to_string().contains("require_touch"), "{e}");
+}
