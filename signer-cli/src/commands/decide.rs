@@ -147,14 +147,25 @@ pub async fn sign_and_send(
             let sock = std::env::var_os("SSH_AUTH_SOCK").ok_or_else(|| {
                 usage("--ssh-agent needs a running ssh-agent: SSH_AUTH_SOCK is not set")
             })?;
-            crate::ssh_agent::sign_decision(
-                std::path::Path::new(&sock),
-                ssh_key,
+            // The agent may wait for a token's touch: off the async workers.
+            let (ssh_key, name, hash, reason) = (
+                ssh_key.clone(),
                 key.name.clone(),
-                decision,
-                &checked.hash,
-                reason,
-            )
+                checked.hash,
+                reason.to_owned(),
+            );
+            tokio::task::spawn_blocking(move || {
+                crate::ssh_agent::sign_decision(
+                    std::path::Path::new(&sock),
+                    &ssh_key,
+                    name,
+                    decision,
+                    &hash,
+                    &reason,
+                )
+            })
+            .await
+            .map_err(|e| refused(format!("signing through ssh-agent stopped: {e}")))?
             .map_err(refused)?
         }
         None => SignedDecision::sign(&key.key, key.name.clone(), decision, &checked.hash, reason)
