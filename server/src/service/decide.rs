@@ -357,3 +357,7 @@ impl Service {
         Ok((next, events))
     }
 }
+
+#[cfg(test)]
+#[path = "decide_sk_tests.rs"]
+mod sk_tests;
