@@ -7,7 +7,12 @@
 //! alice ed25519 <base64 key>
 //! dana  webauthn-es256 <base64 COSE key> rp=approvals.example.com cred=<base64url credential id>
 //! erin  webauthn-eddsa <base64 COSE key> rp=localhost origin=http://localhost:8080 cred=<...>
+//! fred  ssh-ed25519 <base64 OpenSSH key blob>
+//! gina  sk-ssh-ed25519@openssh.com <base64 OpenSSH key blob>
 //! ```
+//!
+//! The last two are OpenSSH keys (issue #35, [`crate::ssh`]): in ssh-agent, or on a
+//! FIDO token; they sign SSHSIGs and are of kind `key`.
 //!
 //! A passkey is bound to its relying party: the RP ID whose hash opens every
 //! assertion, and the one origin (default `https://<rp>`) the browser must report.
@@ -23,6 +28,7 @@ use crate::fingerprint;
 use crate::keys::Signature;
 use crate::keys::{KeyError, PublicKey};
 use crate::passkey::{self, Algorithm, Assertion, CoseKey};
+use crate::ssh::{SshKey, SshSignature};
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -63,16 +69,49 @@ pub enum Proof {
     Signature(Signature),
     /// A passkey's assertion over `message::passkey_challenge`.
     Passkey(Box<Assertion>),
+    /// An SSHSIG (namespace `approval-v1`, sha512) over `message::decision_message`.
+    SshSig(Box<SshSignature>),
 }
 
 impl Proof {
     /// Which kind of signature this is, as a policy's `accept` names it.
     pub fn kind(&self) -> SignatureKind {
         match self {
-            Proof::Signature(_) => SignatureKind::Key,
+            Proof::Signature(_) | Proof::SshSig(_) => SignatureKind::Key,
             Proof::Passkey(_) => SignatureKind::Passkey,
         }
     }
+
+    /// What the proof says about the human at the authenticator, as a policy's
+    /// `require_touch` and `require_verify` read it: a passkey assertion always
+    /// shows both (its verification requires them), a security key's SSHSIG shows
+    /// its flags, anything else neither. Authentic only once the proof verified.
+    pub fn presence(&self) -> Presence {
+        match self {
+            Proof::Passkey(_) => Presence {
+                touched: true,
+                verified: true,
+            },
+            Proof::SshSig(s) => match s.sk_flags_counter() {
+                Some((flags, _)) => Presence {
+                    touched: flags & crate::ssh::FLAG_USER_PRESENT != 0,
+                    verified: flags & crate::ssh::FLAG_USER_VERIFIED != 0,
+                },
+                None => Presence::default(),
+            },
+            Proof::Signature(_) => Presence::default(),
+        }
+    }
+}
+
+/// Whether a human touched the authenticator (user present) and was verified
+/// (PIN, biometrics) for a signature.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Presence {
+    /// User present (a touch).
+    pub touched: bool,
+    /// User verified.
+    pub verified: bool,
 }
 
 /// A passkey as the keyring names it: its public key and where it may be used.
@@ -153,6 +192,8 @@ pub enum ApproverKey {
     Key(PublicKey),
     /// A passkey (`webauthn-es256`, `webauthn-eddsa`).
     Passkey(PasskeyEntry),
+    /// An OpenSSH key (`ssh-ed25519`, `sk-ssh-ed25519@openssh.com`), issue #35.
+    Ssh(SshKey),
 }
 
 /// Why the key part of a keyring line was refused.
@@ -180,9 +221,17 @@ impl ApproverKey {
                 .map(ApproverKey::Key)
                 .map_err(KeyPartError::Key);
         }
+        if *algo == crate::ssh::WORD_ED25519 || *algo == crate::ssh::WORD_SK_ED25519 {
+            if !attrs.is_empty() {
+                return Err(malformed(
+                    "an OpenSSH key line is `<name> <type> <base64 key>`: remove the comment after the key",
+                ));
+            }
+            return SshKey::parse(algo, key).map(ApproverKey::Ssh);
+        }
         let Some(alg) = Algorithm::from_keyring_word(algo) else {
             return Err(malformed(
-                "the key type must be ed25519, webauthn-es256 or webauthn-eddsa",
+                "the key type must be ed25519, ssh-ed25519, sk-ssh-ed25519@openssh.com, webauthn-es256 or webauthn-eddsa",
             ));
         };
         let cose = CoseKey::parse(key)
@@ -242,13 +291,14 @@ impl ApproverKey {
                 }
                 s
             }
+            ApproverKey::Ssh(k) => k.to_fields(),
         }
     }
 
     /// Which kind of signature this credential makes.
     pub fn kind(&self) -> SignatureKind {
         match self {
-            ApproverKey::Key(_) => SignatureKind::Key,
+            ApproverKey::Key(_) | ApproverKey::Ssh(_) => SignatureKind::Key,
             ApproverKey::Passkey(_) => SignatureKind::Passkey,
         }
     }
@@ -257,24 +307,34 @@ impl ApproverKey {
     pub fn as_key(&self) -> Option<&PublicKey> {
         match self {
             ApproverKey::Key(k) => Some(k),
-            ApproverKey::Passkey(_) => None,
+            ApproverKey::Passkey(_) | ApproverKey::Ssh(_) => None,
+        }
+    }
+
+    /// The OpenSSH key, if it is one.
+    pub fn as_ssh(&self) -> Option<&SshKey> {
+        match self {
+            ApproverKey::Ssh(k) => Some(k),
+            _ => None,
         }
     }
 
     /// The passkey, if it is one.
     pub fn as_passkey(&self) -> Option<&PasskeyEntry> {
         match self {
-            ApproverKey::Key(_) => None,
+            ApproverKey::Key(_) | ApproverKey::Ssh(_) => None,
             ApproverKey::Passkey(p) => Some(p),
         }
     }
 
-    /// What makes two lines the same credential: the Ed25519 key bytes, or a
+    /// What makes two lines the same credential: the Ed25519 key bytes (of an
+    /// `ed25519` line or inside an OpenSSH key: the same secret signs all forms), or a
     /// passkey's COSE key (its credential id is checked apart). One credential must
     /// never count as two approvers.
     pub fn identity(&self) -> [u8; 32] {
         match self {
             ApproverKey::Key(k) => k.to_bytes(),
+            ApproverKey::Ssh(k) => k.point(),
             ApproverKey::Passkey(p) => {
                 let mut h = Sha256::new();
                 h.update(b"approval-passkey-identity\n");
@@ -289,6 +349,7 @@ impl ApproverKey {
     pub fn fingerprint(&self) -> String {
         match self {
             ApproverKey::Key(k) => fingerprint::fingerprint(k),
+            ApproverKey::Ssh(k) => k.fingerprint(),
             ApproverKey::Passkey(p) => format!(
                 "SHA256:{}",
                 STANDARD_NO_PAD.encode(Sha256::digest(p.key.cose_bytes()))

@@ -2,9 +2,12 @@
 //!
 //! One approver a line: `<name> ed25519 <base64 public key>`, or a passkey
 //! (`<name> webauthn-es256 <base64 COSE key> rp=<id> cred=<id> [origin=<origin>]`,
-//! see [`crate::approver_key`]), `#` comments. One name may have one Ed25519 key and
-//! any number of passkeys (a phone, a hardware token): they are one approver, who
-//! counts once whichever signs. A second key line for a name, or a key or passkey
+//! see [`crate::approver_key`]), or an OpenSSH key (`<name> ssh-ed25519 <blob>`,
+//! `<name> sk-ssh-ed25519@openssh.com <blob>`, see [`crate::ssh`]), `#` comments. One
+//! name may have one Ed25519 key and any number of passkeys and OpenSSH keys (a
+//! phone, a hardware token, an agent): they are one approver, who counts once
+//! whichever signs. An OpenSSH key counts as the same key as an `ed25519` line over
+//! the same point. A second key line for a name, or a key or passkey
 //! credential id that appears twice, refuses the whole file: one key must never
 //! count as two approvers, and one name must never mean two keys. Weak (small-order) and
 //! non-canonically encoded keys are refused, since `verify_strict` would reject
@@ -160,6 +163,7 @@ impl Keyring {
         self.credentials(name).iter().find(|k| match (k, proof) {
             (ApproverKey::Key(_), Proof::Signature(_)) => true,
             (ApproverKey::Passkey(p), Proof::Passkey(a)) => p.credential_id() == a.credential_id,
+            (ApproverKey::Ssh(k), Proof::SshSig(s)) => s.key_blob().as_deref() == Some(k.blob()),
             _ => false,
         })
     }

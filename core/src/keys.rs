@@ -208,6 +208,9 @@ pub enum MessageError {
     /// A signature under a passkey approver, or an assertion under a key approver.
     #[error("{0}")]
     ProofKind(&'static str),
+    /// An SSHSIG refused (issue #35): its encoding, namespace, hash, key or flags.
+    #[error("SSH signature refused: {0}")]
+    Ssh(String),
 }
 
 /// An Ed25519 signature, written as standard base64 with padding.

@@ -45,6 +45,7 @@ pub mod preview;
 pub mod quorum;
 pub mod receipt;
 pub mod show;
+pub mod ssh;
 pub mod status;
 pub mod time;
 pub mod unicode;

@@ -28,6 +28,7 @@ pub use crate::approver_key::Proof;
 use crate::keys::PublicKey;
 pub use crate::keys::{MessageError, Signature};
 use crate::passkey::Assertion;
+use crate::ssh::SshSignature;
 use sha2::{Digest, Sha256};
 
 /// The longest reason accepted, in characters.
@@ -138,9 +139,10 @@ pub fn parse_decision_message(text: &str) -> Result<(Decision, Sha256Hex, String
 
 /// A decision as an approver sends it, before anything has checked it.
 ///
-/// On the wire it is `{approver, decision, reason, signature}` for a key, and
-/// `{approver, decision, reason, passkey}` for a passkey: exactly one of the two
-/// proofs, anything else refused.
+/// On the wire it is `{approver, decision, reason, signature}` for a key,
+/// `{approver, decision, reason, passkey}` for a passkey, and
+/// `{approver, decision, reason, sshsig}` for an OpenSSH key (the standard base64 of
+/// the binary SSHSIG blob): exactly one of the three proofs, anything else refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "WireDecision", into = "WireDecision")]
 pub struct SignedDecision {
@@ -166,21 +168,26 @@ struct WireDecision {
     signature: Option<Signature>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     passkey: Option<Box<Assertion>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sshsig: Option<Box<SshSignature>>,
 }
 
 impl TryFrom<WireDecision> for SignedDecision {
     type Error = String;
     fn try_from(w: WireDecision) -> Result<Self, String> {
-        let proof = match (w.signature, w.passkey) {
-            (Some(s), None) => Proof::Signature(s),
-            (None, Some(a)) => Proof::Passkey(a),
-            (Some(_), Some(_)) => {
+        let proof = match (w.signature, w.passkey, w.sshsig) {
+            (Some(s), None, None) => Proof::Signature(s),
+            (None, Some(a), None) => Proof::Passkey(a),
+            (None, None, Some(s)) => Proof::SshSig(s),
+            (None, None, None) => {
                 return Err(
-                    "a decision carries a signature or a passkey assertion, not both".into(),
+                    "a decision needs a signature (a key), a passkey assertion or an sshsig (an OpenSSH key)".into(),
                 )
             }
-            (None, None) => {
-                return Err("a decision needs a signature (a key) or a passkey assertion".into())
+            _ => {
+                return Err(
+                    "a decision carries exactly one of signature, passkey and sshsig".into(),
+                )
             }
         };
         Ok(Self {
@@ -194,9 +201,10 @@ impl TryFrom<WireDecision> for SignedDecision {
 
 impl From<SignedDecision> for WireDecision {
     fn from(d: SignedDecision) -> Self {
-        let (signature, passkey) = match d.proof {
-            Proof::Signature(s) => (Some(s), None),
-            Proof::Passkey(a) => (None, Some(a)),
+        let (signature, passkey, sshsig) = match d.proof {
+            Proof::Signature(s) => (Some(s), None, None),
+            Proof::Passkey(a) => (None, Some(a), None),
+            Proof::SshSig(s) => (None, None, Some(s)),
         };
         Self {
             approver: d.approver,
@@ -204,6 +212,7 @@ impl From<SignedDecision> for WireDecision {
             reason: d.reason,
             signature,
             passkey,
+            sshsig,
         }
     }
 }
@@ -223,8 +232,9 @@ pub fn passkey_challenge(
 /// What a verified decision says beyond "it is theirs".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verified {
-    /// A passkey's signature counter (never going back is the caller's check: it
-    /// needs the last counter seen, which is state). `None` for a key.
+    /// A passkey's or a security key's (`sk-`) signature counter (never going back is
+    /// the caller's check: it needs the last counter seen, which is state). `None`
+    /// for a key without one.
     pub sign_count: Option<u32>,
 }
 
@@ -261,7 +271,7 @@ impl SignedDecision {
     pub fn signature(&self) -> Option<&Signature> {
         match &self.proof {
             Proof::Signature(s) => Some(s),
-            Proof::Passkey(_) => None,
+            Proof::Passkey(_) | Proof::SshSig(_) => None,
         }
     }
 
@@ -293,11 +303,19 @@ impl SignedDecision {
                     sign_count: Some(done.sign_count),
                 })
             }
-            (Proof::Signature(_), ApproverKey::Passkey(_)) => Err(MessageError::ProofKind(
+            (Proof::SshSig(s), ApproverKey::Ssh(k)) => {
+                let msg = decision_message(self.decision, preview_sha256, &self.reason)?;
+                let sign_count = k.verify(msg.as_bytes(), s).map_err(MessageError::Ssh)?;
+                Ok(Verified { sign_count })
+            }
+            (_, ApproverKey::Passkey(_)) => Err(MessageError::ProofKind(
                 "this approver holds a passkey: decide on the approver page, not with a key",
             )),
-            (Proof::Passkey(_), ApproverKey::Key(_)) => Err(MessageError::ProofKind(
-                "this approver holds a key: decide with signer-cli, not with a passkey",
+            (_, ApproverKey::Key(_)) => Err(MessageError::ProofKind(
+                "this credential is an ed25519 key: decide with signer-cli and its key file",
+            )),
+            (_, ApproverKey::Ssh(_)) => Err(MessageError::ProofKind(
+                "this credential is an OpenSSH key: decide with an SSHSIG (signer-cli --ssh-agent)",
             )),
         }
     }

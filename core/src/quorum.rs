@@ -63,6 +63,9 @@ pub enum Ignored {
     DuplicateKey,
     /// The policy does not accept this kind of signature (`accept`).
     NotAccepted,
+    /// The policy's `require_touch` / `require_verify` wants a touch (and user
+    /// verification) that this signature does not show.
+    NoTouch,
 }
 
 /// The full count: the outcome, who counted, and what was ignored and why.
@@ -130,6 +133,10 @@ pub fn evaluate_with(
         }
         if !policy.accepts(d.proof.kind()) {
             ignored.push((i, Ignored::NotAccepted));
+            continue;
+        }
+        if policy.presence_refusal(&d.proof).is_some() {
+            ignored.push((i, Ignored::NoTouch));
             continue;
         }
         // The credential the proof names: their key, or that passkey of theirs.

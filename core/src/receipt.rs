@@ -26,6 +26,7 @@ use crate::passkey::Assertion;
 use crate::policy::{Policy, PolicyError};
 use crate::preview::{Preview, PreviewError};
 use crate::quorum::{evaluate, evaluate_with, Ignored, QuorumOutcome};
+use crate::ssh::SshSignature;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -35,7 +36,8 @@ use thiserror::Error;
 ///
 /// On the wire: `{approver, public_key, decision, reason, signature}` for a key (as
 /// receipts always were), `{approver, passkey_key, decision, reason, passkey}` for a
-/// passkey, where `passkey_key` is the keyring line's fields after the name.
+/// passkey, where `passkey_key` is the keyring line's fields after the name, and
+/// `{approver, ssh_key, decision, reason, sshsig}` for an OpenSSH key (issue #35).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "WireReceiptDecision", into = "WireReceiptDecision")]
 pub struct ReceiptDecision {
@@ -60,21 +62,35 @@ struct WireReceiptDecision {
     public_key: Option<PublicKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     passkey_key: Option<ApproverKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ssh_key: Option<ApproverKey>,
     decision: Decision,
     reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     signature: Option<Signature>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     passkey: Option<Box<Assertion>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sshsig: Option<Box<SshSignature>>,
 }
 
 impl TryFrom<WireReceiptDecision> for ReceiptDecision {
     type Error = &'static str;
     fn try_from(w: WireReceiptDecision) -> Result<Self, Self::Error> {
-        let (key, proof) = match (w.public_key, w.signature, w.passkey_key, w.passkey) {
-            (Some(k), Some(s), None, None) => (ApproverKey::Key(k), Proof::Signature(s)),
-            (None, None, Some(k @ ApproverKey::Passkey(_)), Some(a)) => (k, Proof::Passkey(a)),
-            _ => return Err("a receipt decision has public_key and signature (a key), or passkey_key and passkey (a passkey)"),
+        let key_sig = (w.public_key, w.signature);
+        let passkey = (w.passkey_key, w.passkey);
+        let ssh = (w.ssh_key, w.sshsig);
+        let (key, proof) = match (key_sig, passkey, ssh) {
+            ((Some(k), Some(s)), (None, None), (None, None)) => {
+                (ApproverKey::Key(k), Proof::Signature(s))
+            }
+            ((None, None), (Some(k @ ApproverKey::Passkey(_)), Some(a)), (None, None)) => {
+                (k, Proof::Passkey(a))
+            }
+            ((None, None), (None, None), (Some(k @ ApproverKey::Ssh(_)), Some(s))) => {
+                (k, Proof::SshSig(s))
+            }
+            _ => return Err("a receipt decision has public_key and signature (a key), passkey_key and passkey (a passkey), or ssh_key and sshsig (an OpenSSH key)"),
         };
         Ok(Self {
             approver: w.approver,
@@ -88,22 +104,26 @@ impl TryFrom<WireReceiptDecision> for ReceiptDecision {
 
 impl From<ReceiptDecision> for WireReceiptDecision {
     fn from(d: ReceiptDecision) -> Self {
-        let (public_key, passkey_key) = match d.key {
-            ApproverKey::Key(k) => (Some(k), None),
-            k @ ApproverKey::Passkey(_) => (None, Some(k)),
+        let (public_key, passkey_key, ssh_key) = match d.key {
+            ApproverKey::Key(k) => (Some(k), None, None),
+            k @ ApproverKey::Passkey(_) => (None, Some(k), None),
+            k @ ApproverKey::Ssh(_) => (None, None, Some(k)),
         };
-        let (signature, passkey) = match d.proof {
-            Proof::Signature(s) => (Some(s), None),
-            Proof::Passkey(a) => (None, Some(a)),
+        let (signature, passkey, sshsig) = match d.proof {
+            Proof::Signature(s) => (Some(s), None, None),
+            Proof::Passkey(a) => (None, Some(a), None),
+            Proof::SshSig(s) => (None, None, Some(s)),
         };
         Self {
             approver: d.approver,
             public_key,
             passkey_key,
+            ssh_key,
             decision: d.decision,
             reason: d.reason,
             signature,
             passkey,
+            sshsig,
         }
     }
 }
@@ -410,6 +430,9 @@ pub fn verify_receipt_for_server(
                 Ignored::DuplicateKey => "the same key appears twice",
                 Ignored::NotAccepted => {
                     "the policy does not accept this kind of signature (accept)"
+                }
+                Ignored::NoTouch => {
+                    "the policy's require_touch / require_verify wants a security key's touch (and PIN) this signature does not show"
                 }
             },
         });

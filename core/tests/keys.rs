@@ -164,19 +164,30 @@ fn keyring_refusals_name_the_line() {
         ),
         (
             format!(
+                "# team\n\n{good}carol rsa {}\n",
+                public_key("carol")
+            ),
+            KeyringError::Malformed {
+                line: 5,
+                why: "the key type must be ed25519, ssh-ed25519, sk-ssh-ed25519@openssh.com, webauthn-es256 or webauthn-eddsa".into(),
+            },
+        ),
+        (
+            // A raw Ed25519 key is not an OpenSSH blob (issue #35).
+            format!(
                 "# team\n\n{good}carol ssh-ed25519 {}\n",
                 public_key("carol")
             ),
             KeyringError::Malformed {
                 line: 5,
-                why: "the key type must be ed25519, webauthn-es256 or webauthn-eddsa".into(),
+                why: "the ssh-ed25519 key is not an OpenSSH key blob: copy the base64 after the type from the .pub file or `ssh-add -L` (it starts with AAAAC3NzaC1lZDI1NTE5)".into(),
             },
         ),
         (
             format!("carol ED25519 {}\n", public_key("carol")),
             KeyringError::Malformed {
                 line: 1,
-                why: "the key type must be ed25519, webauthn-es256 or webauthn-eddsa".into(),
+                why: "the key type must be ed25519, ssh-ed25519, sk-ssh-ed25519@openssh.com, webauthn-es256 or webauthn-eddsa".into(),
             },
         ),
         (

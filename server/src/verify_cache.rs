@@ -52,6 +52,12 @@ impl VerifyCache {
                     buf.extend_from_slice(part);
                 }
             }
+            (ApproverKey::Ssh(_), Proof::SshSig(s)) => {
+                for part in [key.to_fields().as_bytes(), s.as_bytes()] {
+                    buf.extend_from_slice(&(part.len() as u64).to_be_bytes());
+                    buf.extend_from_slice(part);
+                }
+            }
             // A proof of the other kind never verifies.
             _ => return false,
         }
@@ -109,6 +115,45 @@ mod tests {
         assert!(!cache.verify(&k.public_key().into(), &d, &Sha256Hex::digest(b"q")));
         let k2 = SecretKey::from_seed(ApproverName::parse("bob").unwrap(), [4; 32]);
         assert!(!cache.verify(&k2.public_key().into(), &d, &h));
+    }
+
+    #[test]
+    fn ssh_signatures_are_remembered_only_for_their_key_and_message() {
+        use approval_core::ssh::{SshSignature, NAMESPACE};
+        use ssh_key::private::Ed25519Keypair;
+        let line = |seed: u8| {
+            let kp = Ed25519Keypair::from_seed(&[seed; 32]);
+            let text = ssh_key::PublicKey::from(kp.public).to_openssh().unwrap();
+            let fields: Vec<&str> = text.split_whitespace().take(2).collect();
+            (ApproverKey::parse_fields(&fields).unwrap(), kp)
+        };
+        let (key, kp) = line(6);
+        let (other, _) = line(7);
+        let h = Sha256Hex::digest(b"p");
+        let msg = decision_message(Decision::Approve, &h, "").unwrap();
+        let sig = ssh_key::PrivateKey::from(kp)
+            .sign(NAMESPACE, ssh_key::HashAlg::Sha512, msg.as_bytes())
+            .unwrap();
+        let sig =
+            SshSignature::from_armored(&sig.to_pem(ssh_key::LineEnding::LF).unwrap()).unwrap();
+        let d = SignedDecision {
+            approver: ApproverName::parse("fred").unwrap(),
+            decision: Decision::Approve,
+            reason: String::new(),
+            proof: Proof::SshSig(Box::new(sig)),
+        };
+        let cache = VerifyCache::default();
+        assert!(cache.verify(&key, &d, &h));
+        assert!(cache.verify(&key, &d, &h));
+        assert_eq!(cache.len(), 1);
+        let mut rejected = d.clone();
+        rejected.decision = Decision::Reject;
+        assert!(!cache.verify(&key, &rejected, &h));
+        assert!(!cache.verify(&other, &d, &h));
+        assert!(!cache.verify(&key, &d, &Sha256Hex::digest(b"q")));
+        let k = SecretKey::from_seed(ApproverName::parse("fred").unwrap(), [6; 32]);
+        assert!(!cache.verify(&k.public_key().into(), &d, &h));
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub struct Client {
     http: reqwest::Client,
     timeout: Duration,
     key: Option<SecretKey>,
+    /// The OpenSSH key in ssh-agent that signs decisions, when `--ssh-agent` is given.
+    ssh_agent: Option<approval_core::ssh::SshKey>,
     /// Where server identities are pinned (`None`: no pinning, for library use).
     known_servers: Option<PathBuf>,
     /// The server's id once checked against its pin (checked before any signed read).
@@ -75,6 +77,7 @@ impl Client {
             http,
             timeout,
             key,
+            ssh_agent: None,
             known_servers: None,
             checked: Mutex::new(None),
         })
@@ -85,6 +88,17 @@ impl Client {
     pub fn with_known_servers(mut self, path: PathBuf) -> Self {
         self.known_servers = Some(path);
         self
+    }
+
+    /// Signs decisions with `key` through ssh-agent (see [`crate::ssh_agent`]).
+    pub fn with_ssh_agent(mut self, key: Option<approval_core::ssh::SshKey>) -> Self {
+        self.ssh_agent = key;
+        self
+    }
+
+    /// The OpenSSH key that signs decisions through ssh-agent, if any.
+    pub fn ssh_agent(&self) -> Option<&approval_core::ssh::SshKey> {
+        self.ssh_agent.as_ref()
     }
 
     /// The base URL as the user wrote it (no trailing slash).

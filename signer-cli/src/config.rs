@@ -48,6 +48,10 @@ pub struct Settings {
     pub timeout: Duration,
     /// `--tls-ca` or `SIGNER_TLS_CA`: extra trusted certificates (PEM) for https.
     pub tls_ca: Option<PathBuf>,
+    /// `--ssh-agent` or `SIGNER_SSH_AGENT`: the OpenSSH public key line whose key in
+    /// the agent at `$SSH_AUTH_SOCK` signs decisions (issue #35); `--key` still signs
+    /// reads.
+    pub ssh_agent: Option<String>,
 }
 
 /// `$XDG_CONFIG_HOME/approval-signer`, or `~/.config/approval-signer`.

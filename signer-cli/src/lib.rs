@@ -12,6 +12,7 @@
 //!   look-alike policy, shared with the server's notifications);
 //! - [`commands`]: one module per command;
 //! - [`ui`]: the approver's page (`signer-cli ui`): a loopback server and its guards;
+//! - [`ssh_agent`]: decisions signed by a key in ssh-agent (or on a FIDO token behind it);
 //! - [`failure`]: the exit code each error means (mapped in `main`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -24,4 +25,5 @@ pub mod display;
 pub mod failure;
 pub mod known_servers;
 pub mod proposal;
+pub mod ssh_agent;
 pub mod ui;

@@ -39,6 +39,17 @@ struct Cli {
     /// Your secret key file (made by `keygen`, mode 0600).
     #[arg(long, global = true, env = "SIGNER_KEY", value_name = "FILE")]
     key: Option<PathBuf>,
+    /// Sign decisions with this OpenSSH key in ssh-agent ($SSH_AUTH_SOCK) instead of
+    /// the key file: its public key line (`ssh-add -L`), `ssh-ed25519 AAAA...` or
+    /// `sk-ssh-ed25519@openssh.com AAAA...` (a FIDO token: touch it when it blinks).
+    /// The key file still names you and signs reads.
+    #[arg(
+        long,
+        global = true,
+        env = "SIGNER_SSH_AGENT",
+        value_name = "PUBLIC KEY LINE"
+    )]
+    ssh_agent: Option<String>,
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -188,6 +199,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         known_servers: cli.known_servers,
         timeout: Duration::from_secs(cli.timeout),
         tls_ca: cli.tls_ca,
+        ssh_agent: cli.ssh_agent,
     };
     let s = &s;
     let d = |id: Option<String>, decision, reason: String, yes| async move {

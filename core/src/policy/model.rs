@@ -308,8 +308,41 @@ impl Policy {
                     ),
                 });
             }
+            let touchable = |k: &crate::approver_key::ApproverKey| {
+                self.accepts(k.kind())
+                    && (k.as_passkey().is_some() || k.as_ssh().is_some_and(|s| s.is_sk()))
+            };
+            if (self.spec.require_touch || self.spec.require_verify) && !creds.iter().any(touchable)
+            {
+                let which = if self.spec.require_verify {
+                    "require_verify"
+                } else {
+                    "require_touch"
+                };
+                return Err(PolicyError {
+                    file: file.to_owned(),
+                    line: src.and_then(|s| line_of_key(s, which).or_else(|| line_of_key(s, "approvers"))),
+                    message: format!(
+                        "approver \"{a}\" holds no security key (sk-ssh-ed25519@openssh.com) or accepted passkey, and this policy has {which} = true, so they could never count: give them such a line, or remove {which}"
+                    ),
+                });
+            }
         }
         Ok(())
+    }
+
+    /// Why `require_touch` / `require_verify` refuse a proof, or `None` when they take
+    /// it (or are off). Read from the proof before it is verified; it counts only
+    /// once it verified, so the flags are the token's.
+    pub fn presence_refusal(&self, proof: &crate::approver_key::Proof) -> Option<&'static str> {
+        let p = proof.presence();
+        if self.spec.require_verify && !(p.touched && p.verified) {
+            return Some("require_verify: count only a security key (sk-ssh-ed25519@openssh.com) signature with touch and PIN (flags 0x01 and 0x04), or a passkey");
+        }
+        if self.spec.require_touch && !p.touched {
+            return Some("require_touch: count only a security key (sk-ssh-ed25519@openssh.com) signature made with a touch (flag 0x01), or a passkey");
+        }
+        None
     }
 
     /// Whether this kind of signature counts under the policy (`accept`).

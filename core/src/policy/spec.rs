@@ -111,6 +111,17 @@ pub struct PolicySpec {
     /// `["key"]`, so a policy without it keeps its hash.
     #[serde(default = "default_accept", skip_serializing_if = "is_default_accept")]
     pub accept: Vec<SignatureKind>,
+    /// Count only signatures made with a human's touch (issue #35): a security key's
+    /// (`sk-ssh-ed25519@openssh.com`) SSHSIG with the user-present flag, or a passkey
+    /// (which always shows it); plain key signatures are refused, since malware on
+    /// the laptop can make them without anyone. Left out of the canonical form when
+    /// false, so a policy without it keeps its hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_touch: bool,
+    /// As `require_touch`, and the token verified the user too (PIN or biometrics:
+    /// the user-verified flag 0x04). Left out of the canonical form when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_verify: bool,
 }
 
 /// The prefix of the gate's own tools (`approval_prepare`, ...): no exposed kind or

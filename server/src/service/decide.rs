@@ -130,6 +130,10 @@ impl Service {
                         "approver {} has no passkey with this credential id in the server's keyring: enrol it (`approval-server enroll {}`) and add its line",
                         d.approver, d.approver
                     ),
+                    Proof::SshSig(_) => format!(
+                        "approver {} has no OpenSSH key in the server's keyring that made this SSHSIG: add its `{} ssh-ed25519 ...` (or sk-ssh-ed25519@openssh.com) line",
+                        d.approver, d.approver
+                    ),
                 })
             })?;
         Ok(key.clone())
@@ -182,6 +186,15 @@ impl Service {
                 ),
             ));
         }
+        if let Some(why) = policy.presence_refusal(&d.proof) {
+            return Err(ServiceError::new(
+                Code::SignatureNotAccepted,
+                format!(
+                    "kind {} has {why}; this decision is signed without it: decide with the security key in the keyring (signer-cli --ssh-agent, touching the token)",
+                    rec.preview.kind
+                ),
+            ));
+        }
         self.forgeries.admit(source, self.now()).await;
         // Memoised: the quorum count inside the transition and the answer's view
         // check this same signature again, and should not redo the signature math.
@@ -199,6 +212,10 @@ impl Service {
                     d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision,
                     approval_core::fingerprint::held_key_note(&d.approver, k)
                 ),
+                ApproverKey::Ssh(k) => format!(
+                    "{why} ({} {} on preview {}: sign `approval-v1\\n{}\\n<preview_sha256>\\n<reason>` as an SSHSIG, namespace approval-v1, sha512, with the key {} of the keyring)",
+                    d.approver, d.decision, rec.preview_sha256.prefix(8), d.decision, k.fingerprint()
+                ),
                 ApproverKey::Passkey(p) => format!(
                     "{why} ({} {} on preview {}: the passkey must sign on {} for rp {} with the challenge SHA-256(`approval-v1\\n{}\\n<preview_sha256>\\n<reason>`), user present and verified)",
                     d.approver, d.decision, rec.preview_sha256.prefix(8), p.origin(), p.rp_id(), d.decision
@@ -210,7 +227,8 @@ impl Service {
         Ok(())
     }
 
-    /// Step 3b: a passkey's signature counter must go up (or stay 0 on an
+    /// Step 3b: a passkey's or a security key's (`sk-`, mark `sk/<SHA-256 of its blob>`)
+    /// signature counter must go up (or stay 0 on an
     /// authenticator that keeps none), across every decision and every instance: a
     /// counter that goes back means a cloned authenticator, or an assertion replayed.
     /// Raised before the decision is written, so a crash in between only spends a
@@ -221,8 +239,27 @@ impl Service {
         d: &SignedDecision,
         rec: &ProposalRecord,
     ) -> Result<(), ServiceError> {
-        let (ApproverKey::Passkey(p), Proof::Passkey(a)) = (key, &d.proof) else {
-            return Ok(());
+        let (mark, what) = match (key, &d.proof) {
+            (ApproverKey::Passkey(p), Proof::Passkey(a)) => (
+                format!(
+                    "passkey/{}",
+                    passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..])
+                ),
+                format!(
+                    "passkey assertion refused: {}'s signature counter ({} bytes of credential id)",
+                    d.approver,
+                    a.credential_id.len()
+                ),
+            ),
+            (ApproverKey::Ssh(k), Proof::SshSig(_)) if k.is_sk() => (
+                k.counter_mark(),
+                format!(
+                    "security key signature refused: {}'s token {} counter",
+                    d.approver,
+                    k.fingerprint()
+                ),
+            ),
+            _ => return Ok(()),
         };
         if rec.decisions.iter().any(|x| x.signed == *d) {
             // The very same assertion, already recorded: step 4 acknowledges it
@@ -234,17 +271,11 @@ impl Service {
             .map_err(|e| forbidden(e.to_string()))?
             .sign_count
             .unwrap_or(0);
-        let mark = format!(
-            "passkey/{}",
-            passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..])
-        );
         match self.store.raise(&mark, u64::from(count))? {
             Raise::Raised => Ok(()),
             Raise::Kept(0) if count == 0 => Ok(()),
             Raise::Kept(held) => Err(forbidden(format!(
-                "passkey assertion refused: {}'s signature counter is {count}, not above the {held} already seen ({} bytes of credential id): the assertion was replayed or the authenticator was cloned; decide again with the passkey, and tell whoever runs the server if this repeats",
-                d.approver,
-                a.credential_id.len()
+                "{what} is {count}, not above the {held} already seen: the signature was replayed or the authenticator was cloned; decide again with it, and tell whoever runs the server if this repeats"
             ))),
         }
     }
@@ -326,3 +357,7 @@ impl Service {
         Ok((next, events))
     }
 }
+
+#[cfg(test)]
+#[path = "decide_sk_tests.rs"]
+mod sk_tests;

@@ -142,8 +142,35 @@ pub async fn sign_and_send(
     let key = client
         .key()
         .ok_or_else(|| usage("this command needs your key (--key FILE)"))?;
-    let signed = SignedDecision::sign(&key.key, key.name.clone(), decision, &checked.hash, reason)
-        .map_err(|e| usage(e.to_string()))?;
+    let signed = match client.ssh_agent() {
+        Some(ssh_key) => {
+            let sock = std::env::var_os("SSH_AUTH_SOCK").ok_or_else(|| {
+                usage("--ssh-agent needs a running ssh-agent: SSH_AUTH_SOCK is not set")
+            })?;
+            // The agent may wait for a token's touch: off the async workers.
+            let (ssh_key, name, hash, reason) = (
+                ssh_key.clone(),
+                key.name.clone(),
+                checked.hash,
+                reason.to_owned(),
+            );
+            tokio::task::spawn_blocking(move || {
+                crate::ssh_agent::sign_decision(
+                    std::path::Path::new(&sock),
+                    &ssh_key,
+                    name,
+                    decision,
+                    &hash,
+                    &reason,
+                )
+            })
+            .await
+            .map_err(|e| refused(format!("signing through ssh-agent stopped: {e}")))?
+            .map_err(refused)?
+        }
+        None => SignedDecision::sign(&key.key, key.name.clone(), decision, &checked.hash, reason)
+            .map_err(|e| usage(e.to_string()))?,
+    };
     let body = serde_json::to_value(&signed)
         .map_err(|e| network(format!("cannot encode the decision: {e}")))?;
     let resp = client

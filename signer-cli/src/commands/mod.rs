@@ -30,9 +30,16 @@ pub fn connect(settings: &Settings) -> Result<Client> {
     let key = settings.secret_key()?;
     let known = crate::known_servers::path(settings.known_servers.as_deref())?;
     let roots = settings.tls_roots()?;
+    let agent = settings
+        .ssh_agent
+        .as_deref()
+        .map(crate::ssh_agent::parse_key_line)
+        .transpose()
+        .map_err(usage)?;
     Ok(
         Client::with_roots(settings.server_url()?, settings.timeout, Some(key), roots)?
-            .with_known_servers(known),
+            .with_known_servers(known)
+            .with_ssh_agent(agent),
     )
 }
 
