@@ -25,8 +25,9 @@
 //! machine recomputed; a passkey signs on a page the gate serves (THREAT_MODEL.md).
 
 use crate::fingerprint;
+pub use crate::keys::KeyPartError;
+use crate::keys::PublicKey;
 use crate::keys::Signature;
-use crate::keys::{KeyError, PublicKey};
 use crate::passkey::{self, Algorithm, Assertion, CoseKey};
 use crate::ssh::{SshKey, SshSignature};
 use base64::engine::general_purpose::STANDARD_NO_PAD;
@@ -194,15 +195,6 @@ pub enum ApproverKey {
     Passkey(PasskeyEntry),
     /// An OpenSSH key (`ssh-ed25519`, `sk-ssh-ed25519@openssh.com`), issue #35.
     Ssh(SshKey),
-}
-
-/// Why the key part of a keyring line was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyPartError {
-    /// The line's shape (fields, words, attributes).
-    Malformed(String),
-    /// An Ed25519 key refused by its checks.
-    Key(KeyError),
 }
 
 impl ApproverKey {

@@ -178,6 +178,16 @@ impl<'de> Deserialize<'de> for PublicKey {
     }
 }
 
+/// Why the key part of a keyring line was refused (any kind of key: kept here,
+/// below every module that parses one, so none of them imports another).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPartError {
+    /// The line's shape (fields, words, attributes).
+    Malformed(String),
+    /// An Ed25519 key refused by its checks.
+    Key(KeyError),
+}
+
 /// A signed message or signature that was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]

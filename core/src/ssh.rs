@@ -17,7 +17,7 @@
 //! user-presence flag. The token's counter is returned for the server to check that it
 //! goes up (state, so not here).
 
-use crate::approver_key::KeyPartError;
+use crate::keys::KeyPartError;
 use crate::keys::PublicKey;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use base64::Engine;
