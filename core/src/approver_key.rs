@@ -75,6 +75,22 @@ pub enum Proof {
 }
 
 impl Proof {
+    /// The authenticator's signature counter the proof carries: a passkey's (in its
+    /// authenticatorData), a security key's (the end of its SSHSIG); `None` for a
+    /// plain signature or a malformed proof. Authentic only once the proof verified,
+    /// so a caller that already verified it reads it here instead of verifying again.
+    pub fn sign_count(&self) -> Option<u32> {
+        match self {
+            Proof::Passkey(a) => a
+                .authenticator_data
+                .get(33..37)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes),
+            Proof::SshSig(s) => s.sk_flags_counter().map(|(_, n)| n),
+            Proof::Signature(_) => None,
+        }
+    }
+
     /// Which kind of signature this is, as a policy's `accept` names it.
     pub fn kind(&self) -> SignatureKind {
         match self {
@@ -175,6 +191,15 @@ impl PasskeyEntry {
     /// The credential id the authenticator knows this passkey by.
     pub fn credential_id(&self) -> &[u8] {
         &self.credential_id
+    }
+
+    /// The name under which the server keeps this passkey's last counter:
+    /// `passkey/<base64url of SHA-256 of the credential id>`.
+    pub fn counter_mark(&self) -> String {
+        format!(
+            "passkey/{}",
+            passkey::b64url(&Sha256::digest(&self.credential_id))
+        )
     }
 
     /// The relying party, as [`passkey::verify_assertion`] checks it.

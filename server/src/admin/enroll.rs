@@ -102,12 +102,13 @@ pub async fn run(args: EnrollArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `http://127.0.0.1:4800` → `http://localhost:4800`: browsers treat localhost as a
-/// secure context, and WebAuthn refuses IP addresses as a relying party.
+/// `http://127.0.0.1:4800` → `http://localhost:4800` (and `https://` stays
+/// `https://`): browsers treat localhost as a secure context, and WebAuthn refuses IP
+/// addresses as a relying party.
 fn localhost_url(approver: &str) -> String {
-    let rest = approver.trim_start_matches("http://");
+    let (scheme, rest) = approver.split_once("://").unwrap_or(("http", approver));
     let port = rest.rsplit_once(':').map(|(_, p)| p).unwrap_or("80");
-    format!("http://localhost:{port}")
+    format!("{scheme}://localhost:{port}")
 }
 
 /// The host of `scheme://host[:port]`.
@@ -148,4 +149,25 @@ async fn load_identity(
         }
     };
     Ok(identity::from_parts(server_id, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::localhost_url;
+
+    #[test]
+    fn the_running_servers_scheme_and_port_are_kept() {
+        assert_eq!(
+            localhost_url("http://127.0.0.1:4800"),
+            "http://localhost:4800"
+        );
+        assert_eq!(
+            localhost_url("https://127.0.0.1:4443"),
+            "https://localhost:4443"
+        );
+        assert_eq!(
+            localhost_url("https://[::1]:4443"),
+            "https://localhost:4443"
+        );
+    }
 }

@@ -14,11 +14,10 @@ use crate::store::Raise;
 use crate::throttle::ConnectionId;
 use approval_core::keyring::{ApproverKey, SignatureKind};
 use approval_core::message::{Decision, Proof, SignedDecision};
-use approval_core::passkey;
 use approval_core::policy::Policy;
 use approval_core::quorum::{QuorumOutcome, Tally};
 use approval_core::status::{Lifecycle, Status, TransitionError};
-use approval_core::{Action, Code, ProposalId, Sha256Hex, Timestamp};
+use approval_core::{Action, Code, ProposalId, Timestamp};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -241,10 +240,7 @@ impl Service {
     ) -> Result<(), ServiceError> {
         let (mark, what) = match (key, &d.proof) {
             (ApproverKey::Passkey(p), Proof::Passkey(a)) => (
-                format!(
-                    "passkey/{}",
-                    passkey::b64url(&Sha256Hex::digest(p.credential_id()).as_bytes()[..])
-                ),
+                p.counter_mark(),
                 format!(
                     "passkey assertion refused: {}'s signature counter ({} bytes of credential id)",
                     d.approver,
@@ -266,11 +262,8 @@ impl Service {
             // again and changes nothing.
             return Ok(());
         }
-        let count = d
-            .verify(key, &rec.preview_sha256)
-            .map_err(|e| forbidden(e.to_string()))?
-            .sign_count
-            .unwrap_or(0);
+        // Step 3 verified the proof (memoised): its counter is read, not re-verified.
+        let count = d.proof.sign_count().unwrap_or(0);
         match self.store.raise(&mark, u64::from(count))? {
             Raise::Raised => Ok(()),
             Raise::Kept(0) if count == 0 => Ok(()),
