@@ -33,6 +33,7 @@ pub mod cooldown;
 pub mod enrolment;
 pub mod escape;
 pub mod fingerprint;
+pub mod governance;
 pub mod ids;
 pub mod json;
 pub mod keyring;

@@ -39,6 +39,7 @@ fn check(ty: &str, example: &Value) -> Result<(), String> {
         "api::EnrolmentRequest" => round_trip::<api::EnrolmentRequest>(example),
         "api::Enrolled" => round_trip::<api::Enrolled>(example),
         "SignedDecision" => round_trip::<approval_core::SignedDecision>(example),
+        "governance::Bundle" => round_trip::<approval_core::governance::Bundle>(example),
         other => Err(format!(
             "no check for the type {other:?}: add it to this test"
         )),

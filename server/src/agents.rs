@@ -31,6 +31,12 @@ impl Agents {
                 return Err((i + 1, "expected `<name> <sha256 hex of token>`".into()));
             };
             let name = AgentName::parse(name).map_err(|e| (i + 1, e.to_string()))?;
+            if name.as_str() == approval_core::governance::CONFIG_PROPOSER {
+                return Err((
+                    i + 1,
+                    format!("{name} is the gate's own name for configuration changes: choose another agent name"),
+                ));
+            }
             let hash = Sha256Hex::parse(hash).map_err(|e| (i + 1, e.to_string()))?;
             if entries.iter().any(|(n, _)| n == &name) {
                 return Err((i + 1, format!("agent {name} appears twice")));

@@ -5,6 +5,8 @@
 //! neither read what it may not see nor forge an approval. Errors are JSON
 //! `{code, message}` with a fitting HTTP status.
 
+mod config;
+
 use crate::record::ProposalRecord;
 use crate::service::{Service, ServiceError};
 use crate::throttle::ConnectionId;
@@ -94,6 +96,7 @@ pub fn router_with_deadline(svc: Arc<Service>, body_read_timeout: std::time::Dur
         .route("/v1/proposals/{id}/receipt", get(receipt))
         .route("/v1/events", get(events))
         .route("/v1/audit", get(audit_log))
+        .merge(config::routes())
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(state.clone(), settle))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_DECISION_BODY))

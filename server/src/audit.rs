@@ -38,6 +38,11 @@ pub enum AuditKind {
     PolicyChanged,
     /// A human resolved an unknown outcome.
     Resolved,
+    /// A configuration version came into force (issue #35): the first, adopted from
+    /// the files when `root.toml` appeared, or a `gate.config` change applied on
+    /// quorum. `detail` names the version, its bundle's hash, and any emergency
+    /// removal.
+    ConfigApplied,
 }
 
 /// An event before it is chained.

@@ -12,8 +12,9 @@
 //! keyring, and so a removed (compromised) key, in force.
 
 use crate::agents::Agents;
+use approval_core::governance::{config_policy, Bundle, ConfigHead, Root};
 use approval_core::policy::PolicyError;
-use approval_core::{Keyring, PolicySet};
+use approval_core::{Keyring, Policy, PolicySet};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +29,9 @@ pub struct ConfigSource {
     pub keys: PathBuf,
     /// Optional agents file.
     pub agents: Option<PathBuf>,
+    /// `root.toml` (`--root`): once given, the configuration changes only through
+    /// `gate.config` proposals (issue #35; `service/governance.rs`).
+    pub root: Option<PathBuf>,
     /// Policies given in memory instead of a folder (the demo's embedded examples).
     pub embedded_policies: Option<Vec<(String, String)>>,
 }
@@ -45,6 +49,21 @@ pub struct Config {
     /// (issue #33: exposed kinds and pass-through tools), by tool name. Filled by the
     /// service's tool step ([`crate::service::tools`]), never by reading files.
     pub downstream_tools: Arc<BTreeMap<String, rmcp::model::Tool>>,
+    /// Set once the configuration is under quorum (issue #35): the version in force,
+    /// its root, and the policy configuration changes are approved under.
+    pub governed: Option<Arc<Governed>>,
+}
+
+/// The configuration version in force under quorum.
+#[derive(Debug)]
+pub struct Governed {
+    /// The version, its bundle and the proposal that made it.
+    pub head: ConfigHead,
+    /// Its `root.toml`.
+    pub root: Root,
+    /// The `gate.config` policy derived from `root` (an emergency removal's is
+    /// derived per proposal: [`approval_core::governance::config_policy`]).
+    pub policy: Arc<Policy>,
 }
 
 /// Why the configuration could not be loaded.
@@ -72,6 +91,9 @@ pub enum ConfigError {
     /// No policies at all: nothing could ever be approved.
     #[error("{0}: no *.toml policies found: add one file per action kind (see policies/ in the repository)")]
     NoPolicies(String),
+    /// The configuration under quorum is refused (issue #35).
+    #[error("{0}")]
+    Governance(String),
     /// The agents file is invalid.
     #[error("{path}:{line}: {why}")]
     Agents {
@@ -91,6 +113,19 @@ fn keyring_message(path: &str, err: &approval_core::KeyringError) -> String {
         Some((line, rest)) => format!("{path}:{line}: {rest}"),
         None => format!("{path}: {text}"),
     }
+}
+
+/// Replaces `path` with `text`: written to a file beside it, synced, then renamed
+/// over it, so a reader sees the old file or the new one, never half of one.
+fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".approval-tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -121,38 +156,78 @@ impl ConfigSource {
     /// Loads and validates everything; any error refuses the whole snapshot.
     pub fn load(&self) -> Result<Config, ConfigError> {
         let keys_text = read(&self.keys)?;
-        let keyring =
-            approval_core::Keyring::parse(&keys_text).map_err(|err| ConfigError::Keyring {
-                path: self.keys.display().to_string(),
-                err,
-            })?;
         let files = match &self.embedded_policies {
             Some(f) => f.clone(),
             None => read_policy_dir(&self.policies)?,
         };
-        if files.is_empty() {
-            return Err(ConfigError::NoPolicies(self.policies.display().to_string()));
-        }
-        let policies =
-            PolicySet::load_disabling(&files, &keyring).map_err(ConfigError::Policies)?;
         let agents = match &self.agents {
-            Some(p) => {
-                Some(
-                    Agents::parse(&read(p)?).map_err(|(line, why)| ConfigError::Agents {
-                        path: p.display().to_string(),
-                        line,
-                        why,
-                    })?,
-                )
-            }
+            Some(p) => Some((p.display().to_string(), read(p)?)),
             None => None,
         };
-        Ok(Config {
-            policies,
-            keyring,
+        let texts = Texts {
+            keys: (self.keys.display().to_string(), keys_text),
+            policies_dir: self.policies.display().to_string(),
+            policies: files,
             agents,
-            downstream_tools: Default::default(),
-        })
+        };
+        texts.load()
+    }
+
+    /// The files as one [`Bundle`] (issue #35): `root.toml` (`--root`), the keyring,
+    /// the agents file and each policy by file name. `None` without `--root`.
+    pub fn read_bundle(&self) -> Result<Option<Bundle>, ConfigError> {
+        let Some(root) = &self.root else {
+            return Ok(None);
+        };
+        let policies = read_policy_dir(&self.policies)?
+            .into_iter()
+            .map(|(path, text)| {
+                let name = Path::new(&path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or(path);
+                (name, text)
+            })
+            .collect();
+        Ok(Some(Bundle {
+            root: read(root)?,
+            keyring: read(&self.keys)?,
+            agents: self.agents.as_deref().map(read).transpose()?,
+            policies,
+        }))
+    }
+
+    /// Writes the configuration in force to the files this instance reads (issue
+    /// #35), so that what an operator opens is what the gate obeys: each file
+    /// replaced whole (written beside it, then renamed), and policy files the bundle
+    /// no longer has removed. Only with `--root`: without it the files are not this
+    /// instance's to rewrite.
+    pub fn write_bundle(&self, bundle: &Bundle) -> std::io::Result<()> {
+        let Some(root) = &self.root else {
+            return Ok(());
+        };
+        if self.read_bundle().ok().flatten().as_ref() == Some(bundle) {
+            return Ok(());
+        }
+        replace_file(root, &bundle.root)?;
+        replace_file(&self.keys, &bundle.keyring)?;
+        if let (Some(path), Some(text)) = (&self.agents, &bundle.agents) {
+            replace_file(path, text)?;
+        }
+        std::fs::create_dir_all(&self.policies)?;
+        for (name, text) in &bundle.policies {
+            replace_file(&self.policies.join(name), text)?;
+        }
+        for entry in std::fs::read_dir(&self.policies)? {
+            let path = entry?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            if path.extension().is_some_and(|e| e == "toml")
+                && name.is_some_and(|n| !bundle.policies.contains_key(&n))
+            {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(())
     }
 
     /// Only the keyring, for a reload whose other files are refused: see
@@ -166,6 +241,79 @@ impl ConfigSource {
     }
 }
 
+/// The configuration's texts, each with the name errors give it.
+struct Texts {
+    keys: (String, String),
+    policies_dir: String,
+    policies: Vec<(String, String)>,
+    agents: Option<(String, String)>,
+}
+
+impl Texts {
+    fn load(self) -> Result<Config, ConfigError> {
+        let (keys_path, keys_text) = self.keys;
+        let keyring =
+            approval_core::Keyring::parse(&keys_text).map_err(|err| ConfigError::Keyring {
+                path: keys_path,
+                err,
+            })?;
+        if self.policies.is_empty() {
+            return Err(ConfigError::NoPolicies(self.policies_dir));
+        }
+        let policies =
+            PolicySet::load_disabling(&self.policies, &keyring).map_err(ConfigError::Policies)?;
+        let agents = match self.agents {
+            Some((path, text)) => Some(
+                Agents::parse(&text).map_err(|(line, why)| ConfigError::Agents {
+                    path,
+                    line,
+                    why,
+                })?,
+            ),
+            None => None,
+        };
+        Ok(Config {
+            policies,
+            keyring,
+            agents,
+            downstream_tools: Default::default(),
+            governed: None,
+        })
+    }
+}
+
+/// The configuration of version `head` (issue #35): its bundle checked and loaded
+/// as files would be, with the `gate.config` policy its root derives.
+pub fn load_governed(head: ConfigHead) -> Result<Config, ConfigError> {
+    let governance =
+        |e: String| ConfigError::Governance(format!("configuration version {}: {e}", head.version));
+    if !head.is_consistent() {
+        return Err(governance(
+            "the stored bundle does not hash to its bundle_sha256".into(),
+        ));
+    }
+    let (root, _) = head.bundle.check().map_err(|e| governance(e.to_string()))?;
+    let policy = config_policy(&root, None).map_err(|e| governance(e.to_string()))?;
+    let b = &head.bundle;
+    let texts = Texts {
+        keys: ("keyring".into(), b.keyring.clone()),
+        policies_dir: "policies".into(),
+        policies: b
+            .policies
+            .iter()
+            .map(|(name, text)| (format!("policies/{name}"), text.clone()))
+            .collect(),
+        agents: b.agents.clone().map(|a| ("agents".into(), a)),
+    };
+    let mut config = texts.load()?;
+    config.governed = Some(Arc::new(Governed {
+        head,
+        root,
+        policy: Arc::new(policy),
+    }));
+    Ok(config)
+}
+
 impl Config {
     /// This snapshot with another keyring: the same policies re-checked against it (a
     /// kind whose approver is gone is disabled) and the same agents.
@@ -175,6 +323,7 @@ impl Config {
             keyring,
             agents: self.agents.clone(),
             downstream_tools: self.downstream_tools.clone(),
+            governed: self.governed.clone(),
         }
     }
 

@@ -512,6 +512,7 @@ pub(crate) mod testing {
             policies: root.join("policies"),
             keys: keys.map_or_else(|| root.join("keys.example"), Path::to_path_buf),
             agents: None,
+            root: None,
             embedded_policies: None,
         };
         let listen = "127.0.0.1:0".parse().unwrap();

@@ -162,16 +162,27 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
         std::fs::set_permissions(&opts.data, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot restrict {} to its owner", opts.data.display()))?;
     }
-    let config = crate::service::load_config(&opts.source)
-        .await
-        .map_err(|e| anyhow::anyhow!("configuration refused: {}", opts.source.explain(&e)))?;
+    let (store, identity) = open_store(opts).await?;
+    // Under quorum (issue #35) the store's version is the configuration, and the
+    // files, however edited, are not read for it.
+    let config = match store.config_head()? {
+        Some(head) => {
+            let version = head.version;
+            let config = crate::config::load_governed(head).map_err(|e| {
+                anyhow::anyhow!("configuration version {version} in the store refused: {e}")
+            })?;
+            crate::service::tools::resolve(config).await
+        }
+        None => crate::service::load_config(&opts.source)
+            .await
+            .map_err(|e| anyhow::anyhow!("configuration refused: {}", opts.source.explain(&e)))?,
+    };
     // A policy naming an approver the keyring lacks disables its kind rather than
     // refusing to start, the same as on reload (see config.rs); say so loudly.
     for why in config.disabled_reasons() {
         tracing::error!("{why}");
         eprintln!("warning: {why}");
     }
-    let (store, identity) = open_store(opts).await?;
     let svc = Service::with_limits(
         store,
         identity,
@@ -181,6 +192,9 @@ pub async fn start(opts: &ServeOptions) -> anyhow::Result<Arc<Service>> {
         ExecContext::new(opts.data.clone()),
         opts.limits,
     );
+    svc.govern_at_start()
+        .await
+        .map_err(|e| anyhow::anyhow!("configuration under quorum: {e}"))?;
     let recovered = svc.recover().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if recovered > 0 {
         tracing::warn!(
@@ -574,6 +588,20 @@ fn spawn_background(
             }
         }
     });
+    // A configuration version another instance applied (issue #35) is loaded here
+    // within a second; one store's instances all serve the same version.
+    if svc.store().leases().is_some() {
+        let follower = svc.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = follower.follow_config().await {
+                    tracing::error!(error = %e, "could not load the configuration version in the store");
+                }
+            }
+        });
+    }
     // Changes other instances made wake this instance's long-polls and streams.
     if let Some(mut rx) = svc.store().remote_events() {
         let svc = svc.clone();
@@ -601,6 +629,7 @@ fn spawn_background(
                     "configuration reloaded; {}",
                     ended_message(&policy_changed(&svc, &open))
                 ),
+                Err(e @ crate::config::ConfigError::Governance(_)) => tracing::error!("{e}"),
                 Err(e) => {
                     tracing::error!("reload refused (a readable keyring was still applied):\n{e}")
                 }

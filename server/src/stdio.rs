@@ -146,6 +146,7 @@ impl Embedded {
             policies: opts.policies.clone(),
             keys: opts.keys.clone(),
             agents: opts.agents.clone(),
+            root: None,
             embedded_policies: None,
         };
         let serve = ServeOptions::local(opts.data.clone(), source, listen);

@@ -81,6 +81,7 @@ async fn start_on(
         policies: pdir,
         keys,
         agents,
+        root: None,
         embedded_policies: None,
     };
     let config = source.load().unwrap();
@@ -1127,6 +1128,20 @@ impl Store for GatedStore {
         value: u64,
     ) -> Result<approval_server::store::Raise, approval_server::store::StoreError> {
         self.inner.raise(name, value)
+    }
+    fn config_head(
+        &self,
+    ) -> Result<Option<approval_core::governance::ConfigHead>, approval_server::store::StoreError>
+    {
+        self.inner.config_head()
+    }
+    fn advance_config(
+        &self,
+        from: u64,
+        head: &approval_core::governance::ConfigHead,
+        events: Vec<approval_server::audit::AuditEvent>,
+    ) -> Result<bool, approval_server::store::StoreError> {
+        self.inner.advance_config(from, head, events)
     }
     fn server_key(
         &self,

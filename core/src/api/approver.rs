@@ -163,3 +163,33 @@ pub struct ReauthEvent {
     /// A sentence for people.
     pub message: String,
 }
+
+/// `POST /v1/config/proposals` (issue #35): the whole new configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeConfig {
+    /// The files of the next configuration version.
+    pub bundle: crate::governance::Bundle,
+}
+
+/// The answer to `POST /v1/config/proposals`: the `gate.config` proposal made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigProposed {
+    /// The proposal the administrators approve (`signer-cli approve ID`).
+    pub proposal_id: ProposalId,
+    /// Its preview hash.
+    pub preview_sha256: Sha256Hex,
+    /// The version it replaces.
+    pub from_version: u64,
+    /// The version it becomes.
+    pub to_version: u64,
+    /// Set when it only removes this administrator: one approval fewer, never theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency_removal: Option<ApproverName>,
+    /// What changes, as lines to read.
+    pub diff: Vec<String>,
+    /// Approvals needed.
+    pub need: u32,
+    /// Who may approve.
+    pub approvers: Vec<ApproverName>,
+}

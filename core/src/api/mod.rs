@@ -14,8 +14,8 @@ pub mod page;
 pub mod tools;
 
 pub use approver::{
-    AlreadyRecorded, Decided, DecisionView, DisabledKindView, ErrorBody, Health, HealthStatus,
-    ProposalPage, ProposalView, QuorumView, ReauthEvent,
+    AlreadyRecorded, ConfigProposed, Decided, DecisionView, DisabledKindView, ErrorBody, Health,
+    HealthStatus, ProposalPage, ProposalView, ProposeConfig, QuorumView, ReauthEvent,
 };
 pub use page::{
     Enrolled, EnrolmentOptions, EnrolmentRequest, PageDecision, PagePasskey, PageQuorum, PageState,

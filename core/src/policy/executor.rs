@@ -79,6 +79,10 @@ pub enum ExecutorConfig {
         #[serde(default)]
         payload_schema_from_tool: bool,
     },
+    /// The gate applies a configuration change itself (issue #35): only the built-in
+    /// `gate.config` kind has it, in the policy the gate derives from `root.toml`
+    /// ([`crate::governance`]). A policy file that names it is refused.
+    Gate,
 }
 
 impl ExecutorConfig {
@@ -167,6 +171,8 @@ pub(super) fn check_executor(e: &ExecutorConfig) -> Result<(), (&'static str, St
                 ));
             }
         }
+        // Refused in files by `Policy::parse_toml`; the gate's own policy has it.
+        ExecutorConfig::Gate => {}
         ExecutorConfig::Mcp {
             command,
             url,

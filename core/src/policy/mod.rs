@@ -29,7 +29,7 @@ pub use payload::{PayloadRefusal, MAX_PAYLOAD_NESTING};
 pub use set::{DisabledKind, KindState, PolicySet};
 pub use spec::{
     is_tool_name, PolicySpec, Requirement, DEFAULT_MAX_PAYLOAD_BYTES, MAX_MAX_PAYLOAD_BYTES,
-    RESERVED_TOOL_PREFIX,
+    RESERVED_KIND_PREFIX, RESERVED_TOOL_PREFIX,
 };
 
 #[cfg(test)]

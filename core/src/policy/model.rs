@@ -86,6 +86,20 @@ impl Policy {
                 });
             }
         }
+        // The gate's own kinds (`gate.config`) and its own executor come only from
+        // `root.toml` (crate::governance), never from a file an operator can edit.
+        if spec.kind.as_str().starts_with(super::RESERVED_KIND_PREFIX)
+            || spec.executor == super::ExecutorConfig::Gate
+        {
+            return Err(PolicyError {
+                file: file.to_owned(),
+                line: line_of_key(src, "kind").or_else(|| line_in_table(src, "executor", "type")),
+                message: format!(
+                    "kinds starting with {:?} and executor type \"gate\" are the gate's own (configuration changes, set by root.toml): choose another kind and executor",
+                    super::RESERVED_KIND_PREFIX
+                ),
+            });
+        }
         if spec.executor.schema_from_tool() && spec.payload_schema.is_some() {
             return Err(PolicyError {
                 file: file.to_owned(),

@@ -128,6 +128,10 @@ pub struct PolicySpec {
 /// pass-through tool may start with it, so an agent always knows which is which.
 pub const RESERVED_TOOL_PREFIX: &str = "approval_";
 
+/// Kinds starting with this are the gate's own (`gate.config`, issue #35): no policy
+/// file may define one.
+pub const RESERVED_KIND_PREFIX: &str = "gate.";
+
 /// Whether `name` is a valid MCP tool name (MCP 2025-11-25, SEP-986): 1 to 128
 /// ASCII letters, digits, `_`, `-` and `.`.
 pub fn is_tool_name(name: &str) -> bool {

@@ -68,6 +68,9 @@ impl Checked {
     /// A one-line description of the executor: what will actually happen.
     pub fn executor_line(&self) -> String {
         match &self.policy.spec().executor {
+            ExecutorConfig::Gate => {
+                "the gate applies this configuration change itself, once, on quorum".to_owned()
+            }
             ExecutorConfig::Note { dir } => match dir {
                 Some(d) => format!("note (writes a file in {})", escape(d)),
                 None => "note (writes a file in the server's sandbox)".to_owned(),
@@ -226,6 +229,35 @@ impl Checked {
             );
         }
         line("policy_sha256", p.policy_sha256.to_string());
+        if p.kind.as_str() == crate::governance::CONFIG_KIND {
+            // The diff first, readable; the whole new configuration follows in the
+            // payload, and that (its hash checked here) is what applies.
+            match crate::governance::ConfigChange::from_value(&p.payload) {
+                Ok(c) => {
+                    if let Some(r) = &c.emergency_removal {
+                        o.push_str(&highlight(
+                            &format!("EMERGENCY REMOVAL of administrator {}", escape(r.as_str())),
+                            color,
+                        ));
+                        o.push('\n');
+                    }
+                    o.push_str(&format!(
+                        "configuration version {} -> {}, changes:\n",
+                        c.from_version, c.to_version
+                    ));
+                    for l in &c.diff {
+                        o.push_str(&format!("  {}\n", escape(l)));
+                    }
+                }
+                Err(e) => {
+                    o.push_str(&highlight(
+                        &format!("NOT A VALID CONFIGURATION CHANGE: {}", escape(&e)),
+                        color,
+                    ));
+                    o.push('\n');
+                }
+            }
+        }
         o.push_str("payload:\n");
         o.push_str(&render_json(&p.payload));
         o.push('\n');

@@ -112,7 +112,7 @@ pub async fn fetch(server: &str, key: &Path) -> anyhow::Result<AuditLog> {
 
 /// The server id a signed read covers, from the server's `GET /healthz` (the read
 /// signature binds it, so the header cannot be replayed to another server).
-async fn server_id(client: &reqwest::Client, base: &str) -> anyhow::Result<ServerId> {
+pub(super) async fn server_id(client: &reqwest::Client, base: &str) -> anyhow::Result<ServerId> {
     let url = format!("{base}/healthz");
     let resp = client
         .get(&url)

@@ -23,6 +23,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let source = ConfigSource {
         policies: rules.policies.clone(),
         keys: rules.keys.clone(),
+        root: rules.root.clone(),
         agents,
         embedded_policies: None,
     };

@@ -103,12 +103,14 @@ pub fn policy_source(
             policies: dir,
             keys,
             agents,
+            root: None,
             embedded_policies: None,
         },
         None => ConfigSource {
             policies: PathBuf::from(BUILT_IN),
             keys,
             agents,
+            root: None,
             embedded_policies: Some(
                 EXAMPLE_POLICIES
                     .iter()

@@ -14,6 +14,7 @@ pub mod agent;
 pub mod audit;
 pub mod audit_remote;
 pub mod check;
+pub mod config;
 pub mod demo;
 pub mod enroll;
 pub mod import_tools;
@@ -57,6 +58,12 @@ pub enum Command {
     /// hardware token and gets the keyring line to send you (nothing is added to the
     /// keyring by the server).
     Enroll(enroll::EnrollArgs),
+    /// A configuration under quorum (root.toml): pull the version in force, propose the
+    /// next one for the administrators to approve.
+    Config {
+        #[command(subcommand)]
+        action: config::ConfigAction,
+    },
     /// Agent tokens.
     Agent {
         #[command(subcommand)]
@@ -81,6 +88,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args).await,
         Command::Audit { action } => audit::run(action).await,
         Command::Agent { action } => agent::run(action),
+        Command::Config { action } => config::run(action).await,
         Command::Enroll(args) => enroll::run(args).await,
         Command::ImportTools(args) => import_tools::run(args).await,
     }

@@ -176,6 +176,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             policies: rules.policies,
             keys: rules.keys,
             agents,
+            root: rules.root,
             embedded_policies: None,
         },
         listen,

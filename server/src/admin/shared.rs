@@ -13,6 +13,12 @@ pub(super) struct Rules {
     /// Keyring: one `<name> ed25519 <base64 key>` line per approver.
     #[arg(long, default_value = "./keys")]
     pub(super) keys: PathBuf,
+    /// `root.toml`: the administrators (keyring names) and their threshold. Once a
+    /// server has started with it, the configuration changes only through
+    /// `approval-server config propose` and the administrators' approval; the store
+    /// remembers, so leaving this flag out later changes nothing.
+    #[arg(long)]
+    pub(super) root: Option<PathBuf>,
 }
 
 /// Logs go to stderr (stdout carries the endpoint lines, or the protocol in stdio mode).

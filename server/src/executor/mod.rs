@@ -131,6 +131,12 @@ pub async fn run(
             .await
         }
         ExecutorConfig::Mcp { .. } => mcp::call(cfg, payload).await,
+        // Applied by the service itself (`service/governance.rs`), never here: a
+        // policy file cannot name it, so this is only reached by a bug. Nothing ran.
+        ExecutorConfig::Gate => ExecReport::new(
+            Outcome::Failed,
+            "the gate executor applies configuration changes in the service; nothing ran",
+        ),
     }
 }
 

@@ -84,6 +84,7 @@ async fn service(extra: &str, keys: &str) -> (std::sync::Arc<super::Service>, te
         policies,
         keys: dir.path().join("keys"),
         agents: None,
+        root: None,
         embedded_policies: None,
     };
     let opts = ServeOptions::local(

@@ -88,7 +88,7 @@ impl Service {
         let claimed = self
             .transition_from(base, |cur, now| {
                 let life = cur.lifecycle.claim(now).map_err(|e| transition_refusal(cur, now, e))?;
-                let in_force = self.config().policies.get(&cur.preview.kind).map(|p| p.sha256());
+                let in_force = self.policy_in_force(&self.config(), cur);
                 if in_force != Some(cur.preview.policy_sha256) {
                     return Err(ServiceError::new(
                         Code::PolicyChanged,
@@ -144,7 +144,9 @@ impl Service {
         let exec = self.exec.clone();
         let _renewing = self.keep_lease(claimed.id());
         let (id, payload) = (claimed.id().clone(), claimed.preview.payload.clone());
-        let report =
+        let report = if cfg == approval_core::policy::ExecutorConfig::Gate {
+            self.apply_config(&claimed).await
+        } else {
             match tokio::spawn(
                 async move { executor::run(&cfg, &exec, &id, &payload, &receipt).await },
             )
@@ -157,7 +159,8 @@ impl Service {
                     readback_sha256: None,
                     output: None,
                 },
-            };
+            }
+        };
         tracing::info!(id = %claimed.id(), outcome = ?report.outcome, "executed");
         let (outcome, detail) = (report.outcome, executor::excerpt(&report.detail));
         // From the claimed record as stored by the claim, not a fresh read: a change made

@@ -29,6 +29,7 @@ mod enrol;
 mod error;
 mod events;
 mod execute;
+mod governance;
 pub mod long_poll;
 pub mod on_quorum;
 mod page;
@@ -40,6 +41,7 @@ pub mod upkeep;
 
 pub use error::ServiceError;
 pub use events::{Event, RECENT_EVENTS};
+pub use governance::PROPOSE_COMMAND;
 pub use tools::load_config;
 
 use crate::audit::{AuditEvent, AuditKind};

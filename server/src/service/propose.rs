@@ -98,6 +98,20 @@ impl Service {
             };
             ServiceError::new(Code::InvalidPayload, format!("{e}{hint}"))
         })?;
+        self.create_proposal(agent, policy, payload, summary, execution)
+            .await
+    }
+
+    /// Stores a new proposal under `policy`, whose payload the caller has checked:
+    /// mints the id, writes the record with its policy, flushes, announces.
+    pub(super) async fn create_proposal(
+        &self,
+        agent: &AgentName,
+        policy: Arc<Policy>,
+        payload: Value,
+        summary: Option<String>,
+        execution: Option<Execution>,
+    ) -> Result<(ProposalRecord, Arc<Policy>), ServiceError> {
         let summary = summary.unwrap_or_default();
         let n = summary.chars().count();
         if n > MAX_SUMMARY_CHARS {

@@ -14,7 +14,11 @@ use crate::config::{Config, ConfigError, ConfigSource};
 /// definitions of the downstream tools `tools/list` shows (exposed kinds and
 /// pass-through tools).
 pub async fn load_config(source: &ConfigSource) -> Result<Config, ConfigError> {
-    let config = source.load()?;
+    Ok(resolve(source.load()?).await)
+}
+
+/// The tool step alone, for a configuration loaded otherwise (a version under quorum).
+pub async fn resolve(config: Config) -> Config {
     let config = crate::executor::mcp::resolve_tool_schemas(config).await;
-    Ok(crate::executor::mcp::resolve_downstream_tools(config).await)
+    crate::executor::mcp::resolve_downstream_tools(config).await
 }

@@ -195,8 +195,7 @@ impl Service {
         config: &Config,
         rec: &ProposalRecord,
     ) -> Result<bool, ServiceError> {
-        let same = config.policies.get(&rec.preview.kind).map(|p| p.sha256())
-            == Some(rec.preview.policy_sha256);
+        let same = self.policy_in_force(config, rec) == Some(rec.preview.policy_sha256);
         if !same {
             return Ok(false);
         }
@@ -296,6 +295,9 @@ impl Service {
         let Some(source) = &self.source else {
             return Ok(0);
         };
+        if let Some(under_quorum) = self.refuse_hand_edits().await {
+            return under_quorum;
+        }
         let (fresh, refused) = match super::tools::load_config(source).await {
             Ok(c) => (c, None),
             Err(e) => match source.load_keyring() {

@@ -9,6 +9,7 @@ use super::outbox::OutboxItem;
 use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
 use crate::audit::{AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
+use approval_core::governance::ConfigHead;
 use approval_core::ids::AgentName;
 use approval_core::status::Status;
 use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
@@ -199,6 +200,24 @@ pub trait Store: Send + Sync + 'static {
     /// authenticator) and single-use enrolment links (`enroll/<nonce>`, raised to 1
     /// once). Names are at most 200 bytes.
     fn raise(&self, name: &str, value: u64) -> Result<Raise, StoreError>;
+    /// The configuration version in force under quorum (issue #35), once `root.toml`
+    /// has put the configuration under quorum; `None` before.
+    fn config_head(&self) -> Result<Option<ConfigHead>, StoreError>;
+    /// The version of [`Store::config_head`] (0: none), which each instance polls to
+    /// learn of a change another applied; cheaper than the whole head.
+    fn config_version(&self) -> Result<u64, StoreError> {
+        Ok(self.config_head()?.map_or(0, |h| h.version))
+    }
+    /// Replaces configuration version `from` (0: none yet) by `head`, with its audit
+    /// events, in one atomic write that is durable before it returns: true if
+    /// applied, false (nothing written) when `from` is no longer the version in
+    /// force. Versions only go up, one at a time, in the same order on every instance.
+    fn advance_config(
+        &self,
+        from: u64,
+        head: &ConfigHead,
+        events: Vec<AuditEvent>,
+    ) -> Result<bool, StoreError>;
     /// How long an EXECUTING claim stays leased without renewal, for stores shared by
     /// several instances; `None`: one process, whose claims are all its own, so every
     /// EXECUTING record found at start-up is orphaned.

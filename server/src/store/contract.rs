@@ -429,3 +429,63 @@ pub fn outbox_due_is_fair(store: &dyn Store) {
     // The limit bounds the whole read.
     assert_eq!(store.outbox_due(u64::MAX / 2, 100, 7).unwrap().len(), 7);
 }
+
+/// The configuration version under quorum (issue #35): it starts at none, advances
+/// one version at a time only over the version it names (a stale or replayed change
+/// writes nothing), reads back whole, and chains its audit events. Eight threads
+/// racing the same change: exactly one applies it.
+pub fn config_versions(store: &(dyn Store + Sync)) {
+    use approval_core::governance::{Bundle, ConfigHead};
+    let bundle = |keyring: &str| Bundle {
+        root: "administrators = [\"alice\"]\nthreshold = 1\n".into(),
+        keyring: keyring.into(),
+        agents: None,
+        policies: [("x.toml".to_owned(), "kind = \"x\"\n".to_owned())].into(),
+    };
+    let change = record("p-config", "gate-operator", 1_800_000_000);
+    let (seq0, _) = store
+        .audit()
+        .unwrap()
+        .1
+        .unwrap_or((0, crate::audit::genesis()));
+    assert_eq!(store.config_head().unwrap(), None);
+    assert_eq!(store.config_version().unwrap(), 0);
+    let v1 = ConfigHead::new(1, bundle("a"), None);
+    assert!(
+        !store.advance_config(1, &v1, vec![]).unwrap(),
+        "from a version never in force"
+    );
+    assert!(store
+        .advance_config(0, &v1, ev(AuditKind::ConfigApplied, &change))
+        .unwrap());
+    assert_eq!(store.config_head().unwrap(), Some(v1.clone()));
+    assert_eq!(store.config_version().unwrap(), 1);
+    let v2 = ConfigHead::new(2, bundle("b"), Some(change.id().clone()));
+    let applied = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                let e = ev(AuditKind::ConfigApplied, &change);
+                if store.advance_config(1, &v2, e).unwrap() {
+                    applied.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    assert_eq!(applied.into_inner(), 1);
+    // Replaying version 1's change, or version 2's again, changes nothing.
+    assert!(!store.advance_config(0, &v1, vec![]).unwrap());
+    assert!(!store.advance_config(1, &v2, vec![]).unwrap());
+    let v3_skipping = ConfigHead::new(4, bundle("c"), None);
+    assert!(!store.advance_config(2, &v3_skipping, vec![]).unwrap());
+    let head = store.config_head().unwrap().unwrap();
+    assert_eq!(head, v2);
+    assert!(head.is_consistent());
+    let (entries, top) = store.audit().unwrap();
+    assert_eq!(
+        top.unwrap().0,
+        seq0 + 2,
+        "one audit entry per applied version"
+    );
+    verify_chain(entries, top).unwrap();
+}

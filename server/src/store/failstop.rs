@@ -229,6 +229,28 @@ impl Store for FailStop {
             .time("write", || self.inner.raise(name, value));
         self.watch(r)
     }
+    fn config_head(&self) -> Result<Option<approval_core::governance::ConfigHead>, StoreError> {
+        self.refused()?;
+        let r = self.in_flight.time("read", || self.inner.config_head());
+        self.watch(r)
+    }
+    fn config_version(&self) -> Result<u64, StoreError> {
+        self.refused()?;
+        let r = self.in_flight.time("read", || self.inner.config_version());
+        self.watch(r)
+    }
+    fn advance_config(
+        &self,
+        from: u64,
+        head: &approval_core::governance::ConfigHead,
+        events: Vec<AuditEvent>,
+    ) -> Result<bool, StoreError> {
+        self.refused()?;
+        let r = self
+            .in_flight
+            .time("write", || self.inner.advance_config(from, head, events));
+        self.watch(r)
+    }
     fn create(
         &self,
         rec: &ProposalRecord,

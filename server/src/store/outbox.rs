@@ -86,7 +86,9 @@ pub fn items_for(rec: &ProposalRecord, events: &[AuditEvent]) -> Vec<OutboxItem>
                 Some(Outcome::Unknown) | None => Some(NotifyEvent::OutcomeUnknown),
                 Some(_) => Some(NotifyEvent::Executed),
             },
-            AuditKind::Decision | AuditKind::Executing => None,
+            // Written by `Store::advance_config`, which queues no notice: the
+            // gate.config proposal's own events tell the administrators.
+            AuditKind::Decision | AuditKind::Executing | AuditKind::ConfigApplied => None,
         };
         if let Some(event) = event {
             out.push(OutboxItem {

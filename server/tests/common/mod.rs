@@ -83,6 +83,7 @@ pub async fn start_with(policies: &[(&str, &str)], agents: Option<&str>) -> Test
         policies: pdir.clone(),
         keys: keys.clone(),
         agents: agents_path,
+        root: None,
         embedded_policies: None,
     };
     let config: Config = source.load().unwrap();

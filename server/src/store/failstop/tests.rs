@@ -54,6 +54,17 @@ impl Store for Faulty {
     fn raise(&self, name: &str, value: u64) -> Result<crate::store::Raise, StoreError> {
         self.inner.raise(name, value)
     }
+    fn config_head(&self) -> Result<Option<approval_core::governance::ConfigHead>, StoreError> {
+        self.inner.config_head()
+    }
+    fn advance_config(
+        &self,
+        from: u64,
+        head: &approval_core::governance::ConfigHead,
+        events: Vec<AuditEvent>,
+    ) -> Result<bool, StoreError> {
+        self.inner.advance_config(from, head, events)
+    }
     fn create(
         &self,
         r: &ProposalRecord,

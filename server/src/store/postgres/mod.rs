@@ -50,6 +50,7 @@ use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
 use super::shared::{corrupt, encode_text as encode};
 use crate::audit::{AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
+use approval_core::governance::ConfigHead;
 use approval_core::ids::AgentName;
 use approval_core::status::Status;
 use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
@@ -58,6 +59,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_postgres::{NoTls, Row};
 
+mod config;
 mod conn;
 pub mod lease;
 mod read;
@@ -248,6 +250,20 @@ impl Store for PgStore {
             .map(Some)
     }
 
+    fn config_head(&self) -> Result<Option<ConfigHead>, StoreError> {
+        self.read_config_head()
+    }
+    fn config_version(&self) -> Result<u64, StoreError> {
+        self.read_config_version()
+    }
+    fn advance_config(
+        &self,
+        from: u64,
+        head: &ConfigHead,
+        events: Vec<AuditEvent>,
+    ) -> Result<bool, StoreError> {
+        self.write_config_head(from, head, events)
+    }
     fn raise(&self, name: &str, value: u64) -> Result<crate::store::Raise, StoreError> {
         crate::store::shared::check_mark_name(name)?;
         let (pool, k) = (self.pool.clone(), format!("mark/{name}"));

@@ -208,6 +208,16 @@ fn postgres_store_passes_the_marks_contract() {
 }
 
 #[test]
+fn postgres_store_passes_the_config_versions_contract() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    contract::config_versions(&PgStore::open(&db.url).unwrap());
+    // Another instance on the same database reads the same version.
+    let other = PgStore::open(&db.url).unwrap();
+    assert_eq!(other.config_version().unwrap(), 2);
+}
+
+#[test]
 fn postgres_store_passes_the_outbox_contract() {
     let Some(db) = Fresh::new() else { return };
     PgStore::migrate(&db.url).unwrap();

@@ -12,6 +12,8 @@ pub const SERVER_ID: &[u8] = b"m:server_id";
 pub const SERVER_KEY: &[u8] = b"m:server_key";
 pub const LAYOUT: &[u8] = b"m:layout";
 pub const AUDIT_HEAD: &[u8] = b"m:audit_head";
+/// The configuration version under quorum (issue #35): a `ConfigHead` as JSON.
+pub const CONFIG: &[u8] = b"m:config";
 pub const PENDING_TOTAL: &[u8] = b"c:pending";
 pub const PENDING_AGENT: &[u8] = b"c:pending:";
 pub const RECORD: &[u8] = b"p:";

@@ -50,6 +50,7 @@ impl From<::sled::Error> for StoreError {
     }
 }
 
+mod config;
 mod key;
 mod marks;
 
@@ -506,6 +507,17 @@ impl Store for SledStore {
 
     fn raise(&self, name: &str, value: u64) -> Result<super::Raise, StoreError> {
         marks::raise(&self.db, &self.tree, name, value)
+    }
+    fn config_head(&self) -> Result<Option<approval_core::governance::ConfigHead>, StoreError> {
+        self.read_config_head()
+    }
+    fn advance_config(
+        &self,
+        from: u64,
+        head: &approval_core::governance::ConfigHead,
+        events: Vec<AuditEvent>,
+    ) -> Result<bool, StoreError> {
+        self.write_config_head(from, head, events)
     }
 
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {

@@ -149,6 +149,12 @@ fn sled_store_passes_the_marks_contract() {
 }
 
 #[test]
+fn sled_store_passes_the_config_versions_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    contract::config_versions(&SledStore::open(dir.path()).unwrap());
+}
+
+#[test]
 fn sled_store_passes_the_outbox_contract() {
     let dir = tempfile::tempdir().unwrap();
     contract::outbox(&SledStore::open(dir.path()).unwrap());

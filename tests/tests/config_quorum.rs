@@ -1,0 +1,379 @@
+//! Issue #35 item 1: the configuration under quorum. Real binaries: `serve --root`,
+//! `approval-server config pull|propose`, `signer-cli approve|reject`, SIGHUP, and
+//! two instances on PostgreSQL. Each test names the way around the gate it closes
+//! (docs/THREAT_MODEL.md).
+
+use anyhow::{bail, Context, Result};
+use approval_e2e::pg::FreshDb;
+use approval_e2e::{approval_server, poll_until, McpClient, Server, World};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A note policy for `kind`: `quorum` of these approvers.
+fn policy(kind: &str, quorum: u32, approvers: &[&str]) -> String {
+    let list: Vec<String> = approvers.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "kind = \"{kind}\"\nquorum = {quorum}\napprovers = [{}]\n[executor]\ntype = \"note\"\n",
+        list.join(", ")
+    )
+}
+
+fn root(admins: &[&str], threshold: u32) -> String {
+    let list: Vec<String> = admins.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "administrators = [{}]\nthreshold = {threshold}\n",
+        list.join(", ")
+    )
+}
+
+/// alice, bob and carol administer (2 of 3); note.write needs alice and bob.
+fn world() -> Result<World> {
+    let w = World::new(&["alice", "bob", "carol"])?;
+    w.write_policy(
+        "note.write.toml",
+        &policy("note.write", 2, &["alice", "bob"]),
+    )?;
+    std::fs::write(
+        w.path().join("root.toml"),
+        root(&["alice", "bob", "carol"], 2),
+    )?;
+    Ok(w)
+}
+
+fn root_flag(w: &World) -> Vec<std::ffi::OsString> {
+    vec!["--root".into(), w.path().join("root.toml").into()]
+}
+
+fn start(w: &World) -> Result<Server> {
+    Server::start_full(
+        &approval_e2e::ServerOptions {
+            data: w.data.clone(),
+            policies: w.policies.clone(),
+            keys: w.keys.clone(),
+            agents: None,
+        },
+        &[],
+        &root_flag(w),
+        &[],
+    )
+}
+
+/// `config pull` into a fresh folder as `who`; the version it reports.
+fn pull(w: &World, api: &str, who: &str, dir: &Path) -> Result<u64> {
+    let out = approval_server(&[
+        "config".as_ref(),
+        "pull".as_ref(),
+        dir.as_os_str(),
+        "--server".as_ref(),
+        api.as_ref(),
+        "--key".as_ref(),
+        w.key_file(who).as_os_str(),
+    ])?;
+    if !out.status.success() {
+        bail!("config pull failed: {out}");
+    }
+    out.stdout
+        .strip_prefix("configuration version ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no version in {:?}", out.stdout))
+}
+
+/// `config propose DIR` as `who`: the proposal id, and everything it printed.
+fn propose(w: &World, api: &str, who: &str, dir: &Path) -> Result<(String, String)> {
+    let out = approval_server(&[
+        "config".as_ref(),
+        "propose".as_ref(),
+        dir.as_os_str(),
+        "--server".as_ref(),
+        api.as_ref(),
+        "--key".as_ref(),
+        w.key_file(who).as_os_str(),
+    ])?;
+    if !out.status.success() {
+        bail!("config propose failed: {out}");
+    }
+    let id = out
+        .stdout
+        .split(" as ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .with_context(|| format!("no proposal id in {:?}", out.stdout))?;
+    Ok((id.to_owned(), out.stdout.clone()))
+}
+
+async fn version_becomes(w: &World, api: &str, v: u64) -> Result<()> {
+    let probe = w.path().join("probe");
+    poll_until(
+        &format!("configuration version {v}"),
+        Duration::from_secs(15),
+        || async { Ok((pull(w, api, "alice", &probe)? == v).then_some(())) },
+    )
+    .await
+}
+
+fn keyring_line(w: &World, name: &str) -> Result<String> {
+    w.keygen(name)
+}
+
+/// A folder with the version in force pulled into it.
+fn pulled(w: &World, api: &str, name: &str) -> Result<PathBuf> {
+    let dir = w.path().join(name);
+    pull(w, api, "alice", &dir)?;
+    Ok(dir)
+}
+
+#[tokio::test]
+async fn files_edited_by_hand_change_nothing_and_a_change_needs_the_administrators_threshold(
+) -> Result<()> {
+    let w = world()?;
+    let server = start(&w)?;
+    assert!(server.log().contains("under quorum"), "{}", server.log());
+    assert_eq!(pull(&w, &server.api_url, "bob", &w.path().join("v1"))?, 1);
+
+    // Someone with the host's files adds their key and a quorum of one, then SIGHUP.
+    let mallory = keyring_line(&w, "mallory")?;
+    w.add_to_keyring(&mallory)?;
+    w.write_policy("note.write.toml", &policy("note.write", 1, &["mallory"]))?;
+    server.sighup()?;
+    poll_until("the refusal", Duration::from_secs(10), || async {
+        Ok(server
+            .log()
+            .contains("reload refused: the configuration is under quorum")
+            .then_some(()))
+    })
+    .await?;
+    assert!(
+        server.log().contains("approval-server config propose"),
+        "{}",
+        server.log()
+    );
+    let v1 = pulled(&w, &server.api_url, "after-hup")?;
+    assert!(!std::fs::read_to_string(v1.join("keyring"))?.contains("mallory"));
+    let mcp = server.mcp().await?;
+    let p = mcp
+        .prepare("note.write", serde_json::json!({"text": "x"}), "")
+        .await?;
+    assert_eq!(p.structured["required"]["quorum"], 2, "{:?}", p.structured);
+
+    // A real change: dave joins, note.write needs one approval.
+    let dave = keyring_line(&w, "dave")?;
+    let change = pulled(&w, &server.api_url, "change")?;
+    let keys = std::fs::read_to_string(change.join("keyring"))?;
+    std::fs::write(change.join("keyring"), format!("{keys}{dave}\n"))?;
+    std::fs::write(
+        change.join("policies/note.write.toml"),
+        policy("note.write", 1, &["alice", "dave"]),
+    )?;
+    // A second change made against version 1 too, left pending: once version 2 is
+    // in force it names a version that is gone.
+    let stale_dir = pulled(&w, &server.api_url, "stale")?;
+    std::fs::write(
+        stale_dir.join("root.toml"),
+        root(&["alice", "bob", "carol"], 3),
+    )?;
+    let (stale, _) = propose(&w, &server.api_url, "carol", &stale_dir)?;
+    let (id, printed) = propose(&w, &server.api_url, "alice", &change)?;
+    assert!(printed.contains("+ dave ed25519"), "{printed}");
+    assert!(
+        printed.contains("changed policies/note.write.toml"),
+        "{printed}"
+    );
+    // Not an administrator: refused.
+    let dave_proposes = approval_server(&[
+        "config".as_ref(),
+        "propose".as_ref(),
+        change.as_os_str(),
+        "--server".as_ref(),
+        server.api_url.as_ref(),
+        "--key".as_ref(),
+        w.key_file("dave").as_os_str(),
+    ])?;
+    assert!(!dave_proposes.status.success(), "{dave_proposes}");
+
+    // One administrator of two needed: nothing changes.
+    w.signer("alice", &server).approve(&id).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        pull(&w, &server.api_url, "alice", &w.path().join("short"))?,
+        1
+    );
+    // The second: applied on quorum, once.
+    w.signer("bob", &server).approve(&id).await?;
+    version_becomes(&w, &server.api_url, 2).await?;
+    // The files on disk now say what the gate obeys.
+    assert!(std::fs::read_to_string(&w.keys)?.contains("dave ed25519"));
+    let shown = w
+        .signer("alice", &server)
+        .ok(&["--json", "show", &id])
+        .await?
+        .json()?;
+    assert_eq!(shown["status"], "SUCCEEDED", "{shown}");
+
+    // The stale change (against version 1) is void: it can never apply.
+    let stale_now = w
+        .signer("alice", &server)
+        .ok(&["--json", "show", &stale])
+        .await?
+        .json()?;
+    assert_eq!(stale_now["status"], "POLICY_CHANGED", "{stale_now}");
+    let late = w
+        .signer("bob", &server)
+        .run(&["--json", "approve", &stale, "--yes"])
+        .await?;
+    assert!(!late.status.success(), "{late}");
+    // Restoring version 1's files by hand and SIGHUP: refused, version 2 stays.
+    for f in ["keyring", "root.toml"] {
+        std::fs::copy(
+            v1.join(f),
+            if f == "keyring" {
+                w.keys.clone()
+            } else {
+                w.path().join(f)
+            },
+        )?;
+    }
+    server.sighup()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        pull(&w, &server.api_url, "alice", &w.path().join("after"))?,
+        2
+    );
+
+    // A restart without --root still serves version 2 (the store remembers).
+    drop(server);
+    let plain = w.start()?;
+    assert_eq!(
+        pull(&w, &plain.api_url, "dave", &w.path().join("restart"))?,
+        2
+    );
+    drop(plain);
+    let audit = approval_server(&[
+        "audit".as_ref(),
+        "export".as_ref(),
+        "--data".as_ref(),
+        w.data.as_os_str(),
+    ])?;
+    assert!(audit.status.success(), "{audit}");
+    assert_eq!(
+        audit.stdout.matches("\"config_applied\"").count(),
+        2,
+        "{}",
+        audit.stdout
+    );
+    let verify = approval_server(&[
+        "audit".as_ref(),
+        "verify".as_ref(),
+        "--data".as_ref(),
+        w.data.as_os_str(),
+    ])?;
+    assert!(verify.status.success(), "{verify}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_new_root_needs_the_old_roots_threshold_and_an_emergency_removal_one_fewer() -> Result<()>
+{
+    let w = world()?;
+    let server = start(&w)?;
+    let (dave, erin) = (keyring_line(&w, "dave")?, keyring_line(&w, "erin")?);
+    let rotate = pulled(&w, &server.api_url, "rotate")?;
+    let keys = std::fs::read_to_string(rotate.join("keyring"))?;
+    std::fs::write(rotate.join("keyring"), format!("{keys}{dave}\n{erin}\n"))?;
+    std::fs::write(rotate.join("root.toml"), root(&["dave", "erin"], 2))?;
+    let (id, _) = propose(&w, &server.api_url, "alice", &rotate)?;
+    // The new administrators cannot approve their own appointment.
+    let own = w
+        .signer("dave", &server)
+        .run(&["--json", "approve", &id, "--yes"])
+        .await?;
+    assert!(!own.status.success(), "{own}");
+    w.signer("alice", &server).approve(&id).await?;
+    w.signer("carol", &server).approve(&id).await?;
+    version_becomes(&w, &server.api_url, 2).await?;
+
+    // Under the new root: erin is compromised; dave alone (2 - 1) removes her.
+    let remove = pulled(&w, &server.api_url, "remove")?;
+    let keys: String = std::fs::read_to_string(remove.join("keyring"))?
+        .lines()
+        .filter(|l| !l.starts_with("erin "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(remove.join("keyring"), keys)?;
+    std::fs::write(remove.join("root.toml"), root(&["dave"], 1))?;
+    let (id, printed) = propose(&w, &server.api_url, "dave", &remove)?;
+    assert!(
+        printed.contains("EMERGENCY REMOVAL of administrator erin"),
+        "{printed}"
+    );
+    // Erin can neither veto nor approve her own removal.
+    let veto = w
+        .signer("erin", &server)
+        .run(&["--json", "reject", &id, "--reason", "no", "--yes"])
+        .await?;
+    assert!(!veto.status.success(), "{veto}");
+    w.signer("dave", &server).approve(&id).await?;
+    version_becomes(&w, &server.api_url, 3).await?;
+    assert!(
+        server.log().contains("EMERGENCY REMOVAL APPLIED"),
+        "{}",
+        server.log()
+    );
+    assert!(!std::fs::read_to_string(&w.keys)?.contains("erin "));
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_postgresql_instances_apply_a_change_once_in_the_same_order() -> Result<()> {
+    let Some(db) = FreshDb::new()? else {
+        return Ok(());
+    };
+    let w = world()?;
+    let rootf = w.path().join("root.toml");
+    let extra = ["--root", rootf.to_str().context("path")?];
+    let a = db.start(&w, "a", &extra)?;
+    let b = db.start(&w, "b", &extra)?;
+    for s in [&a, &b] {
+        assert_eq!(pull(&w, &s.api_url, "alice", &w.path().join("p"))?, 1);
+    }
+    let dave = keyring_line(&w, "dave")?;
+    let change = pulled(&w, &a.api_url, "change")?;
+    let keys = std::fs::read_to_string(change.join("keyring"))?;
+    std::fs::write(change.join("keyring"), format!("{keys}{dave}\n"))?;
+    let (id, _) = propose(&w, &a.api_url, "alice", &change)?;
+    w.signer("alice", &a).approve(&id).await?;
+    w.signer("bob", &b).approve(&id).await?;
+    version_becomes(&w, &a.api_url, 2).await?;
+    version_becomes(&w, &b.api_url, 2).await?;
+    // Both instances' sweeps had time to try it too: the claim let one apply it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let out = approval_server(&[
+        "audit".as_ref(),
+        "export".as_ref(),
+        "--store".as_ref(),
+        db.url.as_ref(),
+    ])?;
+    assert!(out.status.success(), "{out}");
+    let applied: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"config_applied\""))
+        .collect();
+    assert_eq!(
+        applied.len(),
+        2,
+        "version 1 once, version 2 once: {applied:?}"
+    );
+    assert!(
+        applied[0].contains("\"version\":1") && applied[1].contains("\"version\":2"),
+        "{applied:?}"
+    );
+    let verify = approval_server(&[
+        "audit".as_ref(),
+        "verify".as_ref(),
+        "--store".as_ref(),
+        db.url.as_ref(),
+    ])?;
+    assert!(verify.status.success(), "{verify}");
+    Ok(())
+}
