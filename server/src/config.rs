@@ -122,7 +122,15 @@ fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".approval-tmp");
     let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp)?;
+    // Never through a link planted at the temporary name: removed, then made anew.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)

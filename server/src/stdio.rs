@@ -55,6 +55,8 @@ pub struct StdioOptions {
     pub keys: PathBuf,
     /// Agents file.
     pub agents: Option<PathBuf>,
+    /// `root.toml` (`--root`): puts the configuration under quorum (issue #35).
+    pub root: Option<PathBuf>,
     /// Where the embedded service listens; `None` means [`DEFAULT_LISTEN`] or any free port.
     pub listen: Option<SocketAddr>,
 }
@@ -146,7 +148,7 @@ impl Embedded {
             policies: opts.policies.clone(),
             keys: opts.keys.clone(),
             agents: opts.agents.clone(),
-            root: None,
+            root: opts.root.clone(),
             embedded_policies: None,
         };
         let serve = ServeOptions::local(opts.data.clone(), source, listen);

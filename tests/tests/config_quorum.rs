@@ -21,7 +21,7 @@ fn policy(kind: &str, quorum: u32, approvers: &[&str]) -> String {
 fn root(admins: &[&str], threshold: u32) -> String {
     let list: Vec<String> = admins.iter().map(|a| format!("{a:?}")).collect();
     format!(
-        "administrators = [{}]\nthreshold = {threshold}\n",
+        "administrators = [{}]\nthreshold = {threshold}\nemergency_cooldown = \"2s\"\n",
         list.join(", ")
     )
 }
@@ -112,6 +112,53 @@ async fn version_becomes(w: &World, api: &str, v: u64) -> Result<()> {
     .await
 }
 
+/// A raw `POST /v1/config/proposals?bundle_sha256=NAMED` signed by `who`, with
+/// DIR's bundle as the body: (HTTP status, body).
+async fn post_signed(
+    w: &World,
+    api: &str,
+    who: &str,
+    named: &str,
+    dir: &Path,
+) -> Result<(u16, String)> {
+    let key = w.secret_key(who)?;
+    let client = reqwest::Client::new();
+    let health: serde_json::Value = client
+        .get(format!("{api}/healthz"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let sid = approval_core::ServerId::parse(health["server_id"].as_str().context("server_id")?)?;
+    let path = format!("/v1/config/proposals?bundle_sha256={named}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs() as i64;
+    let auth = approval_core::message::sign_read(&key.key, &key.name, &sid, now, "POST", &path);
+    let mut policies = serde_json::Map::new();
+    for e in std::fs::read_dir(dir.join("policies"))? {
+        let p = e?.path();
+        let name = p
+            .file_name()
+            .context("name")?
+            .to_string_lossy()
+            .into_owned();
+        policies.insert(name, std::fs::read_to_string(&p)?.into());
+    }
+    let body = serde_json::json!({"bundle": {
+        "root": std::fs::read_to_string(dir.join("root.toml"))?,
+        "keyring": std::fs::read_to_string(dir.join("keyring"))?,
+        "policies": policies,
+    }});
+    let resp = client
+        .post(format!("{api}{path}"))
+        .header("authorization", auth)
+        .json(&body)
+        .send()
+        .await?;
+    Ok((resp.status().as_u16(), resp.text().await?))
+}
+
 fn keyring_line(w: &World, name: &str) -> Result<String> {
     w.keygen(name)
 }
@@ -175,6 +222,23 @@ async fn files_edited_by_hand_change_nothing_and_a_change_needs_the_administrato
     let (stale, _) = propose(&w, &server.api_url, "carol", &stale_dir)?;
     let (id, printed) = propose(&w, &server.api_url, "alice", &change)?;
     assert!(printed.contains("+ dave ed25519"), "{printed}");
+    // The same change again makes no second proposal.
+    let again = propose(&w, &server.api_url, "bob", &change)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        again.contains(&format!("already proposed as {id}")),
+        "{again}"
+    );
+    // A seen Authorization header cannot carry another bundle: the signed path names
+    // the bundle's hash, and the body must match it.
+    let forged = post_signed(&w, &server.api_url, "alice", &"0".repeat(64), &change).await?;
+    assert_eq!(forged.0, 400, "{}", forged.1);
+    assert!(
+        forged.1.contains("must name the body's bundle"),
+        "{}",
+        forged.1
+    );
     assert!(
         printed.contains("changed policies/note.write.toml"),
         "{printed}"
@@ -300,6 +364,20 @@ async fn a_new_root_needs_the_old_roots_threshold_and_an_emergency_removal_one_f
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(remove.join("keyring"), keys)?;
+    // Lowering the threshold further than the administrators left require is an
+    // ordinary change: it needs the full threshold, so erin's approval would count.
+    let both = pulled(&w, &server.api_url, "both")?;
+    std::fs::write(both.join("root.toml"), root(&["dave", "erin"], 1))?;
+    let (ordinary, printed) = propose(&w, &server.api_url, "dave", &both)?;
+    assert!(!printed.contains("EMERGENCY"), "{printed}");
+    let erin_counts = w
+        .signer("erin", &server)
+        .run(&["--json", "show", &ordinary])
+        .await?;
+    assert!(
+        erin_counts.stdout.contains("\"need\": 2") || erin_counts.stdout.contains("\"need\":2"),
+        "{erin_counts}"
+    );
     std::fs::write(remove.join("root.toml"), root(&["dave"], 1))?;
     let (id, printed) = propose(&w, &server.api_url, "dave", &remove)?;
     assert!(
@@ -313,6 +391,12 @@ async fn a_new_root_needs_the_old_roots_threshold_and_an_emergency_removal_one_f
         .await?;
     assert!(!veto.status.success(), "{veto}");
     w.signer("dave", &server).approve(&id).await?;
+    // The emergency cooldown (2 s here, 15 min by default) is the others' window to
+    // revoke it: not applied yet.
+    assert_eq!(
+        pull(&w, &server.api_url, "dave", &w.path().join("cooling"))?,
+        2
+    );
     version_becomes(&w, &server.api_url, 3).await?;
     assert!(
         server.log().contains("EMERGENCY REMOVAL APPLIED"),

@@ -32,6 +32,10 @@ pub struct ConfigHead {
     /// files when `root.toml` first appeared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proposal_id: Option<ProposalId>,
+    /// Set when this version came from an emergency removal of that administrator:
+    /// the next change then needs the full threshold (no chain of removals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency_removal: Option<ApproverName>,
 }
 
 impl ConfigHead {
@@ -42,6 +46,7 @@ impl ConfigHead {
             bundle_sha256: bundle.sha256(),
             bundle,
             proposal_id,
+            emergency_removal: None,
         }
     }
 
@@ -78,7 +83,7 @@ impl ConfigChange {
             from_version: current.version,
             to_version: current.version + 1,
             diff: new.diff(&current.bundle),
-            emergency_removal: emergency_removal(&current.bundle, &new),
+            emergency_removal: emergency_removal(current, &new),
             bundle_sha256: new.sha256(),
             bundle: new,
         }
@@ -106,7 +111,8 @@ impl ConfigChange {
 
 /// The policy that governs a configuration change under `root`: its administrators,
 /// its threshold, any one of them vetoes. For an emergency removal of `removed`: the
-/// other administrators, and a threshold one lower (at least one).
+/// other administrators, a threshold one lower (at least one), and the root's
+/// `emergency_cooldown` after quorum, during which any of them can revoke it.
 pub fn config_policy(root: &Root, removed: Option<&ApproverName>) -> Result<Policy, PolicyError> {
     let approvers: Vec<ApproverName> = root
         .administrators()
@@ -143,7 +149,7 @@ pub fn config_policy(root: &Root, removed: Option<&ApproverName>) -> Result<Poli
         vetoes: 1,
         ttl: CONFIG_TTL,
         execute_within: Seconds::new(3600),
-        cooldown: None,
+        cooldown: removed.map(|_| root.emergency_cooldown()),
         max_payload_bytes: MAX_MAX_PAYLOAD_BYTES,
         require: vec![],
         payload_schema: None,
@@ -157,10 +163,16 @@ pub fn config_policy(root: &Root, removed: Option<&ApproverName>) -> Result<Poli
     })
 }
 
-/// The administrator `new` removes from `old`, when that is all it does: one name
-/// leaves `administrators` (none joins, the threshold does not rise), the keyring
-/// loses exactly that name's lines, and nothing else changes.
-pub fn emergency_removal(old: &Bundle, new: &Bundle) -> Option<ApproverName> {
+/// The administrator `new` removes from the version in force, when that is all it
+/// does: one name leaves `administrators` (none joins), the threshold stays as it was
+/// (lowered only as far as the administrators left require), the keyring loses
+/// exactly that name's lines, and nothing else changes. Never right after another
+/// emergency removal: a chain of them would let one administrator remove all others.
+pub fn emergency_removal(current: &ConfigHead, new: &Bundle) -> Option<ApproverName> {
+    if current.emergency_removal.is_some() {
+        return None;
+    }
+    let old = &current.bundle;
     let (Ok(before), Ok(after)) = (Root::parse(&old.root), Root::parse(&new.root)) else {
         return None;
     };
@@ -176,7 +188,8 @@ pub fn emergency_removal(old: &Bundle, new: &Bundle) -> Option<ApproverName> {
         .collect();
     let unchanged_otherwise = gone.next().is_none()
         && after.administrators().iter().collect::<Vec<_>>() == kept
-        && after.threshold() <= before.threshold()
+        && after.threshold() == before.threshold().min(kept.len() as u32)
+        && after.emergency_cooldown() == before.emergency_cooldown()
         && old.policies == new.policies
         && old.agents == new.agents;
     let entries = |t: &str| -> Vec<String> {
@@ -217,31 +230,39 @@ mod tests {
     #[test]
     fn an_emergency_removal_is_one_administrator_and_their_keys_and_nothing_else() {
         let keys = format!("alice ed25519 {K}a\nbob ed25519 {K}b\ncarol ed25519 {K}c\n");
-        let old = bundle(&["alice", "bob", "carol"], 2, &keys);
+        let old_bundle = bundle(&["alice", "bob", "carol"], 2, &keys);
+        let old = ConfigHead::new(1, old_bundle.clone(), None);
         let without_bob = format!("alice ed25519 {K}a\ncarol ed25519 {K}c\n");
         let new = bundle(&["alice", "carol"], 2, &without_bob);
+        let removed = |h: &ConfigHead, b: &Bundle| emergency_removal(h, b).map(|n| n.to_string());
+        assert_eq!(removed(&old, &new), Some("bob".into()));
+        // Keeping bob's key, adding someone, raising or lowering the threshold,
+        // touching a policy: an ordinary change, under the full threshold.
+        assert_eq!(removed(&old, &bundle(&["alice", "carol"], 2, &keys)), None);
+        let dave = bundle(&["alice", "carol", "dave"], 2, &without_bob);
+        assert_eq!(removed(&old, &dave), None);
         assert_eq!(
-            emergency_removal(&old, &new).map(|n| n.to_string()),
-            Some("bob".into())
-        );
-        // Keeping bob's key, adding someone, raising the threshold, touching a
-        // policy: an ordinary change, under the full threshold.
-        assert_eq!(
-            emergency_removal(&old, &bundle(&["alice", "carol"], 2, &keys)),
+            removed(&old, &bundle(&["alice", "carol"], 3, &without_bob)),
             None
         );
-        let dave = bundle(&["alice", "carol", "dave"], 2, &without_bob);
-        assert_eq!(emergency_removal(&old, &dave), None);
         assert_eq!(
-            emergency_removal(&old, &bundle(&["alice", "carol"], 3, &without_bob)),
+            removed(&old, &bundle(&["alice", "carol"], 1, &without_bob)),
             None
         );
         let mut touched = new.clone();
         touched.policies.insert("y.toml".into(), String::new());
-        assert_eq!(emergency_removal(&old, &touched), None);
-        let two_gone = bundle(&["alice"], 1, &format!("alice ed25519 {K}a\n"));
-        assert_eq!(emergency_removal(&old, &two_gone), None);
-        assert_eq!(emergency_removal(&old, &old), None);
+        assert_eq!(removed(&old, &touched), None);
+        let alone = bundle(&["alice"], 1, &format!("alice ed25519 {K}a\n"));
+        assert_eq!(removed(&old, &alone), None, "two at once");
+        assert_eq!(removed(&old, &old_bundle), None);
+        // Never two in a row: alice, left with carol, cannot remove her alone next.
+        let mut after_one = ConfigHead::new(2, new.clone(), None);
+        after_one.emergency_removal = ApproverName::parse("bob").ok();
+        assert_eq!(removed(&after_one, &alone), None);
+        // After an ordinary change, a removal lowers the threshold only as far as the
+        // administrators left require (2 of 2 becomes 1 of 1).
+        let ordinary = ConfigHead::new(2, new.clone(), None);
+        assert_eq!(removed(&ordinary, &alone), Some("carol".into()));
     }
 
     #[test]
@@ -257,6 +278,8 @@ mod tests {
         let e = config_policy(&root, Some(&bob)).unwrap();
         assert_eq!(e.spec().quorum, 1);
         assert!(!e.is_approver(&bob));
+        assert_eq!(e.spec().cooldown, Some(root.emergency_cooldown()));
+        assert_eq!(p.spec().cooldown, None);
         assert_ne!(e.sha256(), p.sha256());
         // Deterministic: every instance derives the same hash from the same root.
         assert_eq!(config_policy(&root, None).unwrap().sha256(), p.sha256());

@@ -4,9 +4,11 @@
 //! ```toml
 //! administrators = ["alice", "bob", "carol"]
 //! threshold = 2
+//! emergency_cooldown = "15m"   # optional; the default
 //! ```
 
 use crate::ids::ApproverName;
+use crate::time::Seconds;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use thiserror::Error;
@@ -16,7 +18,12 @@ use thiserror::Error;
 pub struct Root {
     administrators: Vec<ApproverName>,
     threshold: u32,
+    emergency_cooldown: Seconds,
 }
+
+/// How long an emergency removal waits after its (smaller) quorum before it applies,
+/// unless `root.toml` says otherwise: the other administrators' window to revoke it.
+pub const DEFAULT_EMERGENCY_COOLDOWN: Seconds = Seconds::new(15 * 60);
 
 /// Why a `root.toml` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -28,6 +35,8 @@ pub struct RootError(pub String);
 struct RootFile {
     administrators: Vec<ApproverName>,
     threshold: u32,
+    #[serde(default)]
+    emergency_cooldown: Option<Seconds>,
 }
 
 impl Root {
@@ -39,7 +48,17 @@ impl Root {
                 e.message()
             ))
         })?;
-        Self::new(file.administrators, file.threshold)
+        let mut root = Self::new(file.administrators, file.threshold)?;
+        if let Some(c) = file.emergency_cooldown {
+            // Shorter than the hour a configuration change stays executable.
+            if c.get() == 0 || c.get() >= 3600 {
+                return Err(RootError(format!(
+                    "emergency_cooldown = {c} must be between 1s and 59m"
+                )));
+            }
+            root.emergency_cooldown = c;
+        }
+        Ok(root)
     }
 
     /// A root from its parts, checked: at least one administrator, each once, and
@@ -67,6 +86,7 @@ impl Root {
         Ok(Self {
             administrators,
             threshold,
+            emergency_cooldown: DEFAULT_EMERGENCY_COOLDOWN,
         })
     }
 
@@ -78,6 +98,11 @@ impl Root {
     /// How many administrators must approve a change.
     pub fn threshold(&self) -> u32 {
         self.threshold
+    }
+
+    /// How long an emergency removal waits after quorum, for the others to revoke it.
+    pub fn emergency_cooldown(&self) -> Seconds {
+        self.emergency_cooldown
     }
 
     /// Whether `name` is an administrator.
@@ -102,5 +127,10 @@ mod tests {
         assert!(err("administrators = [\"a\"]\nthreshold = 0").contains("threshold = 0"));
         assert!(err("administrators = [\"a\"]").contains("threshold"));
         assert!(err("administrators = [\"a\"]\nthreshold = 1\nquorum = 1").contains("quorum"));
+        assert!(
+            err("administrators = [\"a\"]\nthreshold = 1\nemergency_cooldown = \"1h\"")
+                .contains("59m")
+        );
+        assert_eq!(r.emergency_cooldown(), DEFAULT_EMERGENCY_COOLDOWN);
     }
 }

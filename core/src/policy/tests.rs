@@ -447,14 +447,15 @@ fn one_tool_name_means_one_thing_across_policies() {
             "{errors:?}"
         );
     }
+}
 
-    #[test]
-    fn the_gates_own_kinds_and_executor_are_refused_in_policy_files() {
-        let own_kind = "kind = \"gate.config\"\nquorum = 1\napprovers = [\"alice\"]\n[executor]\ntype = \"note\"\n";
-        let e = Policy::parse_toml("gate.config.toml", own_kind).unwrap_err();
-        assert!(e.message.contains("the gate's own"), "{e}");
-        let own_executor = "kind = \"x\"\nquorum = 1\napprovers = [\"alice\"]\n[executor]\ntype = \"gate\"\n";
-        let e = Policy::parse_toml("x.toml", own_executor).unwrap_err();
-        assert!(e.message.contains("the gate's own"), "{e}");
-    }
+#[test]
+fn the_gates_own_kinds_and_executor_are_refused_in_policy_files() {
+    let own_kind = "kind = \"gate.config\"\nquorum = 1\napprovers = [\"alice\"]\n[executor]\ntype = \"note\"\n";
+    let e = Policy::parse_toml("gate.config.toml", own_kind).unwrap_err();
+    assert!(e.message.contains("the gate's own"), "{e}");
+    let own_executor =
+        "kind = \"x\"\nquorum = 1\napprovers = [\"alice\"]\n[executor]\ntype = \"gate\"\n";
+    let e = Policy::parse_toml("x.toml", own_executor).unwrap_err();
+    assert!(e.message.contains("the gate's own"), "{e}");
 }

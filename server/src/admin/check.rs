@@ -34,6 +34,21 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    // With --root, root.toml and the files as one configuration version (issue #35).
+    match source.read_bundle() {
+        Ok(None) => {}
+        Ok(Some(bundle)) => {
+            let head = approval_core::governance::ConfigHead::new(1, bundle, None);
+            if let Err(e) = crate::config::load_governed(head) {
+                eprintln!("{e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Err(e) => {
+            eprintln!("{}", source.explain(&e));
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     let kinds: Vec<String> = c
         .policies
         .iter()

@@ -56,6 +56,10 @@ async fn pull(r: Remote) -> anyhow::Result<ExitCode> {
     if !head.is_consistent() {
         anyhow::bail!("the server's configuration does not hash to its bundle_sha256: refusing it");
     }
+    // File names checked here too: an answer must not write outside DIR.
+    head.bundle
+        .check()
+        .map_err(|e| anyhow::anyhow!("the server's configuration is refused: {e}"))?;
     write_dir(&r.dir, &head.bundle)?;
     println!(
         "configuration version {} ({}) written to {}: edit it, then run `approval-server config propose {} --server {} --key {}`",
@@ -71,8 +75,10 @@ async fn pull(r: Remote) -> anyhow::Result<ExitCode> {
 
 async fn propose(r: Remote) -> anyhow::Result<ExitCode> {
     let bundle = read_dir(&r.dir)?;
+    // The hash goes in the signed path: the signature then covers the bundle.
+    let path = format!("/v1/config/proposals?bundle_sha256={}", bundle.sha256());
     let req = serde_json::to_string(&ProposeConfig { bundle })?;
-    let body = send(&r, reqwest::Method::POST, "/v1/config/proposals", Some(req)).await?;
+    let body = send(&r, reqwest::Method::POST, &path, Some(req)).await?;
     let p: ConfigProposed =
         serde_json::from_str(&body).context("the server's answer is not a proposal")?;
     if let Some(who) = &p.emergency_removal {
@@ -133,7 +139,11 @@ async fn send(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    let auth = sign_read(&key.key, &key.name, &sid, now, method.as_str(), url.path());
+    let signed = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_owned(),
+    };
+    let auth = sign_read(&key.key, &key.name, &sid, now, method.as_str(), &signed);
     let mut req = client
         .request(method, url.clone())
         .header(reqwest::header::AUTHORIZATION, auth);

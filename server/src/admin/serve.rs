@@ -262,6 +262,7 @@ pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
         data: args.data,
         policies: args.rules.policies,
         keys: args.rules.keys,
+        root: args.rules.root,
         agents: args.agents,
         listen: args.listen,
     })

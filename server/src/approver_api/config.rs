@@ -37,18 +37,29 @@ async fn current(State(st): State<ApiState>, Reader(_who): Reader) -> Result<Res
     }
 }
 
-/// `POST /v1/config/proposals`: `{"bundle": {...}}` from an administrator.
+/// `POST /v1/config/proposals?bundle_sha256=H`: `{"bundle": {...}}` from an
+/// administrator, whose signed path names the bundle's hash.
 async fn propose(
     State(st): State<ApiState>,
     Reader(who): Reader,
+    // The bundle's hash rides in the query, inside what the read signature covers, so
+    // a seen `Authorization` header cannot carry another bundle.
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
+    let bad = |m: String| ApiError(ServiceError::new(Code::BadRequest, m));
     let req: ProposeConfig = serde_json::from_slice(&body).map_err(|e| {
-        ApiError(ServiceError::new(
-            Code::BadRequest,
-            format!("the body is not {{\"bundle\": {{root, keyring, agents?, policies}}}}: {e}"),
+        bad(format!(
+            "the body is not {{\"bundle\": {{root, keyring, agents?, policies}}}}: {e}"
         ))
     })?;
+    let named = query.get("bundle_sha256").cloned().unwrap_or_default();
+    let actual = req.bundle.sha256();
+    if named != actual.to_string() {
+        return Err(bad(format!(
+            "the signed path must name the body's bundle: ?bundle_sha256={actual} (it named {named:?}); approval-server config propose does this"
+        )));
+    }
     let (rec, change, policy) = st.svc.propose_config(&who, req.bundle).await?;
     let out = ConfigProposed {
         proposal_id: rec.id().clone(),

@@ -61,6 +61,7 @@ impl Service {
         preview_sha256: &str,
     ) -> Result<ProposalRecord, ServiceError> {
         let rec = self.get_for_agent(agent, id)?;
+        self.catch_up_for(&rec).await;
         let now = self.now();
         if Sha256Hex::parse(preview_sha256).ok() != Some(rec.preview_sha256) {
             return Err(ServiceError::new(

@@ -35,6 +35,9 @@ use approval_core::{ApproverName, Code, Execution, ProposalId, Sha256Hex};
 use serde_json::json;
 use std::sync::Arc;
 
+/// How many of the newest configuration changes a new one is compared with.
+const PENDING_CONFIG_SCAN: usize = 100;
+
 /// The command an operator uses instead of editing files, named in every refusal.
 pub const PROPOSE_COMMAND: &str =
     "approval-server config pull DIR --server URL --key FILE, edit DIR, then approval-server config propose DIR --server URL --key FILE";
@@ -120,13 +123,28 @@ impl Service {
     /// Puts `head` in force: loads it (tool schemas included), swaps it in, voids
     /// what no longer holds, and writes its files where this instance reads them.
     async fn adopt(&self, head: ConfigHead) -> Result<(), ServiceError> {
-        let bundle = head.bundle.clone();
-        let config = load_governed(head).map_err(config_error)?;
-        let config = super::tools::resolve(config).await;
-        for why in config.disabled_reasons() {
-            tracing::error!("{why}");
-        }
-        self.set_config(config);
+        // One at a time, and never back: a slow load of version N (its downstream tool
+        // schemas) must not land over N+1 loaded meanwhile.
+        // Released before the voiding, which may look for a newer version itself.
+        let bundle = {
+            let _one = self.adopting.lock().await;
+            let in_force = self
+                .config()
+                .governed
+                .as_ref()
+                .map_or(0, |g| g.head.version);
+            if in_force >= head.version {
+                return Ok(());
+            }
+            let bundle = head.bundle.clone();
+            let config = load_governed(head).map_err(config_error)?;
+            let config = super::tools::resolve(config).await;
+            for why in config.disabled_reasons() {
+                tracing::error!("{why}");
+            }
+            self.set_config(config);
+            bundle
+        };
         if let Err(e) = self.void_changed_policies().await {
             tracing::error!(error = %e, "could not void proposals under changed rules");
         }
@@ -152,13 +170,14 @@ impl Service {
         if let Err(e) = self.follow_config().await {
             return Some(Err(ConfigError::Governance(e.message)));
         }
-        let governed = self.config().governed.clone()?;
+        // Fail closed: under quorum a reload never reads the files for the rules.
+        let in_force = self.config().governed.clone();
         let files = self.source.as_ref().map(|s| s.read_bundle());
-        match files {
-            Some(Ok(Some(b))) if b.sha256() == governed.head.bundle_sha256 => Some(Ok(0)),
+        let version = in_force.as_ref().map_or(stored, |g| g.head.version);
+        match (files, in_force) {
+            (Some(Ok(Some(b))), Some(g)) if b.sha256() == g.head.bundle_sha256 => Some(Ok(0)),
             _ => Some(Err(ConfigError::Governance(format!(
-                "reload refused: the configuration is under quorum (version {} in force) and files edited by hand change nothing; nothing changed. To change it: {PROPOSE_COMMAND}",
-                governed.head.version
+                "reload refused: the configuration is under quorum (version {version} in force) and files edited by hand change nothing; nothing changed. To change it: {PROPOSE_COMMAND}"
             )))),
         }
     }
@@ -199,6 +218,15 @@ impl Service {
         let policy = config_policy(&governed.root, change.emergency_removal.as_ref())
             .map(Arc::new)
             .map_err(|e| ServiceError::new(Code::Internal, e.to_string()))?;
+        policy
+            .check_payload(&change.to_value())
+            .map_err(|e| ServiceError::new(Code::InvalidPayload, e.to_string()))?;
+        if let Some(same) = self.pending_config_change(&change)? {
+            return Err(ServiceError::new(
+                Code::InvalidPayload,
+                format!("this change is already proposed as {same}: approve that one (signer-cli approve {same})"),
+            ));
+        }
         let summary = match &change.emergency_removal {
             Some(r) => format!(
                 "EMERGENCY: remove administrator {r} (configuration version {} to {}), proposed by {by}",
@@ -227,6 +255,43 @@ impl Service {
         Ok((rec, change, policy))
     }
 
+    /// A PENDING `gate.config` proposal of the same bundle over the same version: a
+    /// replayed or repeated request makes no second one.
+    fn pending_config_change(
+        &self,
+        change: &ConfigChange,
+    ) -> Result<Option<ProposalId>, ServiceError> {
+        let pending = self.store.list_agent(&proposer(), PENDING_CONFIG_SCAN)?;
+        Ok(pending
+            .into_iter()
+            .filter(|r| r.status() == approval_core::status::Status::Pending)
+            .find(|r| {
+                ConfigChange::from_value(&r.preview.payload).is_ok_and(|c| {
+                    c.from_version == change.from_version && c.bundle_sha256 == change.bundle_sha256
+                })
+            })
+            .map(|r| r.id().clone()))
+    }
+
+    /// Loads a newer version first when the store has one, before a configuration
+    /// change is claimed: an instance that is behind judges it by the version in force.
+    pub(super) async fn catch_up_for(&self, rec: &ProposalRecord) {
+        if rec.preview.kind.as_str() == CONFIG_KIND {
+            if let Err(e) = self.follow_config().await {
+                tracing::warn!(error = %e.message, "could not read the configuration version");
+            }
+        }
+    }
+
+    /// Whether `rec` is a configuration change over a version newer than the one this
+    /// instance has loaded: not this instance's to void (it follows within a second).
+    pub(super) fn change_ahead_of(&self, config: &Config, rec: &ProposalRecord) -> bool {
+        rec.preview.kind.as_str() == CONFIG_KIND
+            && ConfigChange::from_value(&rec.preview.payload).is_ok_and(|c| {
+                c.from_version > config.governed.as_ref().map_or(0, |g| g.head.version)
+            })
+    }
+
     /// The hash of the policy a record must still be under for its rules to hold:
     /// the kind's policy in force, or for a configuration change the one the root in
     /// force derives for it, while the version it replaces is still in force.
@@ -240,7 +305,7 @@ impl Service {
         }
         let governed = config.governed.as_ref()?;
         let change = ConfigChange::from_value(&rec.preview.payload).ok()?;
-        let emergency = emergency_removal(&governed.head.bundle, &change.bundle);
+        let emergency = emergency_removal(&governed.head, &change.bundle);
         if change.from_version != governed.head.version || emergency != change.emergency_removal {
             return None;
         }
@@ -256,11 +321,12 @@ impl Service {
             Ok(c) => c,
             Err(e) => return ExecReport::new(Outcome::Failed, format!("nothing applied: {e}")),
         };
-        let head = ConfigHead::new(
+        let mut head = ConfigHead::new(
             change.to_version,
             change.bundle.clone(),
             Some(rec.id().clone()),
         );
+        head.emergency_removal = change.emergency_removal.clone();
         if let Err(e) = load_governed(head.clone()) {
             return ExecReport::new(Outcome::Failed, format!("nothing applied: {e}"));
         }

@@ -100,6 +100,8 @@ pub struct Service {
     /// Where approvers open the gate's pages (`--public-url`), for links in notices
     /// (see `page`); `None` until known.
     public_url: RwLock<Option<String>>,
+    /// Loading a configuration version (issue #35) one at a time (see `governance`).
+    adopting: tokio::sync::Mutex<()>,
 }
 
 /// The result of posting a decision.
@@ -161,6 +163,7 @@ impl Service {
             long_polls: Default::default(),
             on_quorum: Default::default(),
             public_url: RwLock::new(None),
+            adopting: tokio::sync::Mutex::new(()),
         })
     }
 

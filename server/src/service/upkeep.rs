@@ -215,6 +215,7 @@ impl Service {
             // A kind waiting for its downstream schema has an unknown policy, not a
             // changed one: its proposals stay as they are.
             if crate::disabled_kind::kind_awaits_schema(&config, &cur.preview.kind)
+                || self.change_ahead_of(&config, cur)
                 || self.rules_hold(&config, cur)?
             {
                 return Ok(None);
