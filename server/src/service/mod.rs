@@ -98,6 +98,8 @@ pub struct Service {
     /// Where approvers open the gate's pages (`--public-url`), for links in notices
     /// (see `page`); `None` until known.
     public_url: RwLock<Option<String>>,
+    /// What `/metrics` shows (issue #36); recorded where each rule is applied.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The result of posting a decision.
@@ -141,8 +143,15 @@ impl Service {
         exec: ExecContext,
         limits: PendingLimits,
     ) -> Arc<Self> {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let sampled = store.clone();
+        metrics.set_sampler(Box::new(move || crate::metrics::Sample {
+            pending: sampled.pending_count(None).ok(),
+            outbox: Some(sampled.outbox_counts()),
+            fail_stopped: sampled.failure().is_some(),
+        }));
         Arc::new(Self {
-            commit: GroupCommit::new(store.clone()),
+            commit: GroupCommit::new(store.clone()).with_metrics(metrics.clone()),
             store,
             identity,
             config: RwLock::new(Arc::new(config)),
@@ -159,6 +168,7 @@ impl Service {
             long_polls: Default::default(),
             on_quorum: Default::default(),
             public_url: RwLock::new(None),
+            metrics,
         })
     }
 
@@ -183,6 +193,11 @@ impl Service {
     /// The server's id and identity key.
     pub fn identity(&self) -> &ServerIdentity {
         &self.identity
+    }
+
+    /// The metrics `/metrics` shows.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.metrics
     }
 
     /// Group-commit statistics.
@@ -306,6 +321,9 @@ impl Service {
             match self.store.update(&next, events)? {
                 Cas::Applied => {
                     self.commit.flush().await?;
+                    if next.status() != cur.status() {
+                        self.count_proposal(&next);
+                    }
                     self.announce(id);
                     return Ok(next);
                 }
@@ -318,6 +336,12 @@ impl Service {
                 }
             }
         }
+    }
+
+    /// Counts `rec` as having entered its status ([`crate::metrics`]).
+    fn count_proposal(&self, rec: &ProposalRecord) {
+        let kind = crate::metrics::Metrics::kind_label(&self.config().policies, &rec.preview.kind);
+        self.metrics.proposal(kind, rec.status().as_str());
     }
 
     fn event(kind: AuditKind, rec: &ProposalRecord, now: Timestamp, detail: Value) -> AuditEvent {
