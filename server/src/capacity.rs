@@ -433,4 +433,46 @@ mod tests {
         drop(held);
         assert_eq!(b.used(&agent("mallory")), (0, 0), "everything given back");
     }
+
+    /// A gate whose every connection is over its forgery budget, and that keeps the
+    /// reasons it is told of.
+    #[derive(Default)]
+    struct Counting(Mutex<Vec<&'static str>>);
+
+    impl Gate for Counting {
+        fn agent_for(&self, _token: Option<&str>) -> Option<Option<AgentName>> {
+            None
+        }
+        fn over_budget(&self, _conn: ConnectionId) -> bool {
+            true
+        }
+        fn verified(&self, _conn: ConnectionId) -> bool {
+            false
+        }
+        fn forget(&self, _conn: ConnectionId) {}
+        fn throttled(&self, reason: &'static str) {
+            if let Ok(mut seen) = self.0.lock() {
+                seen.push(reason);
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_and_closes_are_counted_by_reason() {
+        let gate = Arc::new(Counting::default());
+        let admission = Admission::new(gate.clone());
+        let req = axum::http::Request::builder()
+            .uri("/v1/proposals")
+            .body(())
+            .expect("a request");
+        let conn = Arc::new(ConnCharges::default());
+        assert_eq!(
+            admission.admit(&req, &conn, true).err(),
+            Some(Refusal::Reserve)
+        );
+        assert!(admission.admit(&req, &conn, false).is_ok());
+        assert!(admission.must_close(ConnectionId::next(), false));
+        let seen = gate.0.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(seen, ["reserve", "forged_signatures"]);
+    }
 }
