@@ -3,6 +3,7 @@
 //! it should, an agent's made-up kinds and paths add no series, and
 //! `--log-format json` writes one object a line with no token and no payload.
 
+use approval_core::message::Decision;
 use approval_e2e::{McpClient, Server, ServerOptions, World};
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -51,6 +52,15 @@ fn start(
     agents: Option<&std::path::Path>,
     extra: &[&str],
 ) -> anyhow::Result<Server> {
+    start_env(world, agents, extra, &[])
+}
+
+fn start_env(
+    world: &World,
+    agents: Option<&std::path::Path>,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<Server> {
     let mut flags: Vec<OsString> = vec!["--metrics-listen".into(), "127.0.0.1:0".into()];
     flags.extend(extra.iter().map(OsString::from));
     Server::start_full(
@@ -62,7 +72,7 @@ fn start(
         },
         &[],
         &flags,
-        &[],
+        env,
     )
 }
 
@@ -100,11 +110,25 @@ async fn a_round_trip_moves_the_counters_on_the_metrics_port_only() -> anyhow::R
         Some(1.0),
         "{mid}"
     );
+    // A decision forged in alice's name: refused, and counted as such.
+    let forged = approval_core::keyring::SecretKey::from_seed(
+        approval_core::ApproverName::parse("alice")?,
+        [7; 32],
+    );
+    let (status, _) = server
+        .post_decision(&forged, &id, &hash, Decision::Approve, "forged")
+        .await?;
+    assert_eq!(status, 403);
     world.signer("alice", &server).approve(&id).await?;
     mcp.execute(&id, &hash).await?.expect("SUCCEEDED", false);
 
     let text = scrape(&metrics_url).await?;
     for (series, want) in [
+        ("approval_signature_failures_total{on=\"decision\"}", 1.0),
+        (
+            "approval_decisions_total{decision=\"approve\",outcome=\"INVALID_SIGNATURE\"}",
+            1.0,
+        ),
         (
             "approval_proposals_total{kind=\"note.write\",status=\"PENDING\"}",
             1.0,
@@ -276,5 +300,43 @@ async fn on_postgres_one_instance_leads_and_both_see_the_shared_pending_count() 
     for t in &texts {
         assert_eq!(value(t, "approval_pending_proposals"), Some(1.0), "{t}");
     }
+    Ok(())
+}
+
+/// A webhook channel nobody answers: its failed deliveries are counted by channel
+/// type, and the entry waiting for its retry is the outbox's depth.
+#[tokio::test]
+async fn failed_deliveries_are_counted_and_the_outbox_depth_shows_the_wait() -> anyhow::Result<()> {
+    let down = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let world = World::new(&["alice"])?;
+    world.write_policy(
+        "note.write.toml",
+        &format!("{NOTE_POLICY}\n[[notify]]\ntype = \"webhook\"\nurl = \"http://{down}/hook\"\n"),
+    )?;
+    let server = start_env(
+        &world,
+        None,
+        &[],
+        &[("APPROVAL_NOTIFY_TIMINGS_MS", "100,200,60000,500,50")],
+    )?;
+    let url = server.metrics_url.clone().expect("a Metrics: line");
+    server
+        .mcp()
+        .await?
+        .prepare("note.write", json!({"text": "x"}), "a note")
+        .await?;
+    let failed = "approval_notify_deliveries_total{channel=\"webhook\",outcome=\"failed\"}";
+    let url = &url;
+    let text = approval_e2e::poll_until(
+        "a failed delivery",
+        std::time::Duration::from_secs(20),
+        || async move {
+            let t = scrape(url).await?;
+            Ok(value(&t, failed).is_some_and(|n| n >= 2.0).then_some(t))
+        },
+    )
+    .await?;
+    assert_eq!(value(&text, "approval_outbox_depth"), Some(1.0), "{text}");
+    assert!(!text.contains("outcome=\"delivered\""), "{text}");
     Ok(())
 }
