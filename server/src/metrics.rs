@@ -180,7 +180,8 @@ fn exec_time() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 20))
 }
 
-/// The shared state read from the store at scrape time (see the module comment).
+/// The shared state read from the store at scrape time (see the module comment;
+/// `store::failstop::metrics_sample` reads it).
 /// `None`: the store could not say (it is then left out of that scrape).
 #[derive(Debug, Clone, Default)]
 pub struct Sample {

@@ -145,10 +145,8 @@ impl Service {
     ) -> Arc<Self> {
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let sampled = store.clone();
-        metrics.set_sampler(Box::new(move || crate::metrics::Sample {
-            pending: sampled.pending_count(None).ok(),
-            outbox: Some(sampled.outbox_counts()),
-            fail_stopped: sampled.failure().is_some(),
+        metrics.set_sampler(Box::new(move || {
+            crate::store::failstop::metrics_sample(sampled.as_ref())
         }));
         Arc::new(Self {
             commit: GroupCommit::new(store.clone()).with_metrics(metrics.clone()),
