@@ -486,8 +486,11 @@ pub async fn serve_until(
         tls.clone(),
     );
     if let Some(l) = metrics {
-        let m = svc.metrics().clone();
-        tokio::spawn(http::scrape::serve(l, m, shutdown.clone().wait()));
+        let (m, own) = (
+            svc.metrics().clone(),
+            crate::capacity::Admission::new(svc.clone()),
+        );
+        tokio::spawn(http::scrape::serve(l, m, own, shutdown.clone().wait()));
     }
     // One set of budgets for both listeners: an identity's share is the same wherever
     // it connects.

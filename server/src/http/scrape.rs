@@ -49,18 +49,17 @@ async fn scrape(State(m): State<Arc<Metrics>>) -> Response {
 }
 
 /// Serves `/metrics` on `listener` until `shutdown` completes. An operator's port,
-/// on loopback or a monitoring network: no agent or approver route is there.
+/// on loopback or a monitoring network: no agent or approver route is there. It is
+/// the gate's own accept loop (`listener.rs`: header deadline, connection cap), with
+/// budgets of its own (`admission`), so a scraper and the gate's clients never
+/// share a slot.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    admission: Arc<crate::capacity::Admission>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    if let Err(e) = axum::serve(listener, router(metrics))
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!(error = %e, "the metrics listener stopped");
-    }
+    crate::listener::serve(listener, router(metrics), admission, None, shutdown).await;
 }
 
 #[cfg(test)]
