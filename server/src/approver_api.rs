@@ -157,6 +157,7 @@ async fn authenticate(
         .map_err(|e| {
             if e == ReadAuthError::BadSignature {
                 forgeries.failed(source, st.svc.now());
+                st.svc.metrics().signature_failure("signed_read");
                 return ApiError(ServiceError::new(
                     Code::Unauthorized,
                     with_held_key(e.to_string(), &st.svc, &auth.approver),

@@ -107,6 +107,9 @@ pub trait Gate: Send + Sync {
     fn verified(&self, conn: ConnectionId) -> bool;
     /// The connection has ended: its signature account goes.
     fn forget(&self, conn: ConnectionId);
+    /// A request was refused, or a connection closed, for `reason` (a
+    /// [`Refusal::reason`], or `forged_signatures`): counted in the metrics.
+    fn throttled(&self, _reason: &'static str) {}
 }
 
 /// Classifies a request head (see the module comment). An invalid agent token is
@@ -166,6 +169,15 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The metrics' `reason` label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Connections(_) => "connections",
+            Refusal::InFlight(_) => "in_flight",
+            Refusal::Reserve => "reserve",
+        }
+    }
+
     /// The message a client reads: what was over which limit, and what to do.
     pub fn message(&self) -> String {
         match self {
@@ -328,6 +340,19 @@ impl Admission {
         conn: &Arc<ConnCharges>,
         reserve: bool,
     ) -> Result<Option<Charge>, Refusal> {
+        let admitted = self.classified(req, conn, reserve);
+        if let Err(refusal) = &admitted {
+            self.gate.throttled(refusal.reason());
+        }
+        admitted
+    }
+
+    fn classified<B>(
+        &self,
+        req: &axum::http::Request<B>,
+        conn: &Arc<ConnCharges>,
+        reserve: bool,
+    ) -> Result<Option<Charge>, Refusal> {
         match classify(self.gate.as_ref(), req) {
             Class::ApproverClaim => Ok(None),
             Class::Capped(_)
@@ -342,7 +367,11 @@ impl Admission {
     /// Whether the connection must be closed after its current answer: over its
     /// failed-signature budget, or a reserve connection without a verified signature.
     pub fn must_close(&self, conn: ConnectionId, reserve: bool) -> bool {
-        self.gate.over_budget(conn) || (reserve && !self.gate.verified(conn))
+        if self.gate.over_budget(conn) {
+            self.gate.throttled("forged_signatures");
+            return true;
+        }
+        reserve && !self.gate.verified(conn)
     }
 
     /// Whether a signature from `conn` has verified.
@@ -403,5 +432,47 @@ mod tests {
         );
         drop(held);
         assert_eq!(b.used(&agent("mallory")), (0, 0), "everything given back");
+    }
+
+    /// A gate whose every connection is over its forgery budget, and that keeps the
+    /// reasons it is told of.
+    #[derive(Default)]
+    struct Counting(Mutex<Vec<&'static str>>);
+
+    impl Gate for Counting {
+        fn agent_for(&self, _token: Option<&str>) -> Option<Option<AgentName>> {
+            None
+        }
+        fn over_budget(&self, _conn: ConnectionId) -> bool {
+            true
+        }
+        fn verified(&self, _conn: ConnectionId) -> bool {
+            false
+        }
+        fn forget(&self, _conn: ConnectionId) {}
+        fn throttled(&self, reason: &'static str) {
+            if let Ok(mut seen) = self.0.lock() {
+                seen.push(reason);
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_and_closes_are_counted_by_reason() {
+        let gate = Arc::new(Counting::default());
+        let admission = Admission::new(gate.clone());
+        let req = axum::http::Request::builder()
+            .uri("/v1/proposals")
+            .body(())
+            .expect("a request");
+        let conn = Arc::new(ConnCharges::default());
+        assert_eq!(
+            admission.admit(&req, &conn, true).err(),
+            Some(Refusal::Reserve)
+        );
+        assert!(admission.admit(&req, &conn, false).is_ok());
+        assert!(admission.must_close(ConnectionId::next(), false));
+        let seen = gate.0.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(seen, ["reserve", "forged_signatures"]);
     }
 }

@@ -14,6 +14,7 @@
 
 mod direct;
 mod listen;
+pub mod scrape;
 
 use crate::approver_api;
 use crate::body_budget::BODY_READ_TIMEOUT;

@@ -21,6 +21,7 @@ pub mod http;
 pub mod identity;
 pub mod listener;
 pub mod mcp;
+pub mod metrics;
 pub mod notify;
 pub mod outbound;
 pub mod record;

@@ -64,6 +64,8 @@ pub struct ServeOptions {
     pub public_url: Option<String>,
     /// HTTPS on both listeners (`--tls-cert`/`--tls-key`); `None`: plain HTTP.
     pub tls: Option<crate::tls::TlsFiles>,
+    /// `/metrics` on a listener of its own (`--metrics-listen`), plain HTTP.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServeOptions {
@@ -84,6 +86,7 @@ impl ServeOptions {
             database: None,
             claim_lease: crate::store::postgres::DEFAULT_LEASE,
             tls: None,
+            metrics_listen: None,
         }
     }
 }
@@ -416,6 +419,15 @@ pub async fn serve_until(
         Some(l) => l.local_addr()?,
         None => mcp_addr,
     };
+    let main_router = http::scrape::track(main_router, svc.metrics().clone());
+    let metrics = match opts.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| anyhow::anyhow!(cannot_listen(a, "--metrics-listen", &e)))?,
+        ),
+        None => None,
+    };
     // The links in notices: the operator's public URL, or this loopback listener as
     // localhost (a secure context for WebAuthn; an IP address cannot be an RP ID).
     match (&opts.public_url, approver_addr.ip().is_loopback()) {
@@ -450,6 +462,12 @@ pub async fn serve_until(
         svc.identity().server_id(),
         svc.identity().public_key()
     );
+    if let Some(l) = &metrics {
+        lines.push_str(&format!(
+            "\nMetrics: http://{}/metrics",
+            url_host(&l.local_addr()?)
+        ));
+    }
     if let Some(Banner(banner)) = &opts.banner {
         lines.push('\n');
         lines.push_str(&banner(
@@ -481,6 +499,13 @@ pub async fn serve_until(
         hup,
         tls.clone(),
     );
+    if let Some(l) = metrics {
+        let (m, own) = (
+            svc.metrics().clone(),
+            crate::capacity::Admission::new(svc.clone()),
+        );
+        tokio::spawn(http::scrape::serve(l, m, own, shutdown.clone().wait()));
+    }
     // One set of budgets for both listeners: an identity's share is the same wherever
     // it connects.
     let admission = crate::capacity::Admission::new(svc.clone());
@@ -495,7 +520,10 @@ pub async fn serve_until(
         Some(l) => {
             let api = crate::listener::serve(
                 l,
-                crate::http::approver_routes(svc.clone()),
+                http::scrape::track(
+                    crate::http::approver_routes(svc.clone()),
+                    svc.metrics().clone(),
+                ),
                 admission,
                 tls,
                 shutdown.clone().wait(),
@@ -689,6 +717,10 @@ impl crate::capacity::Gate for Service {
 
     fn forget(&self, conn: crate::throttle::ConnectionId) {
         self.forgeries().forget(Some(conn));
+    }
+
+    fn throttled(&self, reason: &'static str) {
+        self.metrics().throttled(reason);
     }
 }
 

@@ -307,6 +307,8 @@ pub struct Server {
     pub mcp_url: String,
     /// `http://127.0.0.1:PORT`, as printed (what `signer-cli --server` takes).
     pub api_url: String,
+    /// `http://127.0.0.1:PORT/metrics`, as printed when started with `--metrics-listen`.
+    pub metrics_url: Option<String>,
     /// Where its stderr (the log) goes.
     pub log_path: PathBuf,
 }
@@ -396,10 +398,15 @@ impl Server {
             pid,
             mcp_url: String::new(),
             api_url: String::new(),
+            metrics_url: None,
             log_path,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while server.mcp_url.is_empty() || server.api_url.is_empty() {
+        let want_metrics = extra.iter().any(|a| a == "--metrics-listen");
+        while server.mcp_url.is_empty()
+            || server.api_url.is_empty()
+            || (want_metrics && server.metrics_url.is_none())
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
@@ -407,6 +414,8 @@ impl Server {
                         server.mcp_url = u.trim().to_owned();
                     } else if let Some(u) = line.strip_prefix("Approver API: ") {
                         server.api_url = u.trim().to_owned();
+                    } else if let Some(u) = line.strip_prefix("Metrics: ") {
+                        server.metrics_url = Some(u.trim().to_owned());
                     }
                 }
                 Err(_) => {

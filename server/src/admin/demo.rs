@@ -63,6 +63,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         claim_lease: crate::store::postgres::DEFAULT_LEASE,
         public_url: None,
         tls: None,
+        metrics_listen: None,
     };
     let svc = run::start(&opts).await?;
     run::serve(opts, svc).await?;

@@ -2,7 +2,7 @@
 //! gate. Their flags become [`ServeOptions`] (or [`stdio::StdioOptions`]); the wiring
 //! is `run`'s and `stdio`'s.
 
-use super::shared::{logging, Rules};
+use super::shared::{logging, logging_as, LogFormat, Rules};
 use crate::config::ConfigSource;
 use crate::notify::NotifyOptions;
 use crate::run::{self, ServeOptions};
@@ -68,6 +68,14 @@ pub struct ServeArgs {
     /// http://localhost:<port> when the approver API listens on loopback.
     #[arg(long, value_name = "URL", env = "APPROVAL_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, on a listener of its own
+    /// (never on --listen or --approver-listen). Port 0 picks a free port; the
+    /// address is printed as `Metrics: http://…/metrics`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log lines on stderr: `text`, or `json` (one object a line, stable field names).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(flatten)]
     notify: NotifyArgs,
 }
@@ -133,7 +141,7 @@ impl NotifyArgs {
 
 /// `serve`: the service on its sockets until a signal stops it.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    logging("info");
+    logging_as("info", args.log_format);
     let ServeArgs {
         mut data,
         store,
@@ -149,6 +157,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_pending_per_agent,
         max_pending,
         public_url,
+        metrics_listen,
+        log_format: _,
         notify,
     } = args;
     if let Some(u) = &public_url {
@@ -191,6 +201,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         notify,
         public_url,
         tls,
+        metrics_listen,
     };
     let svc = run::start(&opts).await?;
     run::serve(opts, svc).await?;

@@ -21,15 +21,40 @@ pub(super) struct Rules {
     pub(super) root: Option<PathBuf>,
 }
 
+/// How log lines are written (`serve --log-format`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One readable line per event (colour on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors: `timestamp`, `level`,
+    /// `target`, `message` and the event's own fields at the top level
+    /// (PROTOCOL.md, "Metrics and logs").
+    Json,
+}
+
 /// Logs go to stderr (stdout carries the endpoint lines, or the protocol in stdio mode).
 /// rmcp logs every stateless request at info; that is noise here, and costly under load.
 pub(super) fn logging(default: &str) {
+    logging_as(default, LogFormat::Text)
+}
+
+/// [`logging`] in the given format.
+pub(super) fn logging_as(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},rmcp=warn")));
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        // Spans are left out: the field names of a line are the event's alone.
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
 }

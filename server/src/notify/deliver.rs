@@ -43,6 +43,8 @@ struct Done {
     key: String,
     /// The channel for logs ([`describe`]).
     what: String,
+    /// The channel's type, the metrics' `channel` label.
+    kind: &'static str,
     result: Result<(), String>,
 }
 
@@ -250,11 +252,12 @@ impl Deliverer {
                 delivery.clone(),
             );
             tokio::spawn(async move {
-                let result = match &ch {
-                    NotifyChannel::Webhook { .. } => {
-                        super::webhook::send(&http, &ch, &n, &delivery).await
-                    }
-                    NotifyChannel::Email { .. } => mail.send(&ch, &n, &delivery).await,
+                let (kind, result) = match &ch {
+                    NotifyChannel::Webhook { .. } => (
+                        "webhook",
+                        super::webhook::send(&http, &ch, &n, &delivery).await,
+                    ),
+                    NotifyChannel::Email { .. } => ("email", mail.send(&ch, &n, &delivery).await),
                 };
                 let what = describe(&ch);
                 let _ = tx.send(Done {
@@ -262,6 +265,7 @@ impl Deliverer {
                     channel: i,
                     key,
                     what,
+                    kind,
                     result,
                 });
             });
@@ -295,6 +299,7 @@ impl Deliverer {
             return;
         };
         let (id, event) = (p.item.proposal_id.clone(), p.item.event.as_str());
+        self.svc.metrics().delivery(done.kind, done.result.is_ok());
         match done.result {
             Ok(()) => {
                 tracing::info!(%id, event, channel = %done.what, "notification delivered");

@@ -147,6 +147,8 @@ pub fn describe(c: &NotifyChannel) -> String {
                 .split("://")
                 .nth(1)
                 .and_then(|r| r.split('/').next())
+                // Never a password from `user:pass@host` in a log line.
+                .and_then(|a| a.rsplit('@').next())
                 .unwrap_or("");
             format!("webhook {host}")
         }

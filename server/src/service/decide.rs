@@ -73,6 +73,24 @@ impl Service {
         d: SignedDecision,
         source: Option<ConnectionId>,
     ) -> Result<Decided, ServiceError> {
+        let decision = d.decision.as_str();
+        let r = self.decide_steps(id, d, source).await;
+        let outcome = match &r {
+            Ok(done) if done.already_recorded => "already_recorded",
+            Ok(_) => "recorded",
+            Err(e) => e.code.as_str(),
+        };
+        self.metrics.decision(decision, outcome);
+        r
+    }
+
+    /// [`Service::decide`]'s steps, in order.
+    async fn decide_steps(
+        &self,
+        id: &str,
+        d: SignedDecision,
+        source: Option<ConnectionId>,
+    ) -> Result<Decided, ServiceError> {
         let key = self.approver_key(&d)?;
         let rec = self.decided_on(id)?;
         self.check_signature(&rec, &key, &d, source).await?;
@@ -199,6 +217,7 @@ impl Service {
         // check this same signature again, and should not redo the signature math.
         if !self.verified.verify(key, d, &rec.preview_sha256) {
             self.forgeries.failed(source, self.now());
+            self.metrics.signature_failure("decision");
             // Checked again, uncached, only to say what was wrong.
             let why = d
                 .verify(key, &rec.preview_sha256)

@@ -142,6 +142,8 @@ impl Service {
         )
         .with_attestation(claimed.attestation.clone());
         let cfg = policy.spec().executor.clone();
+        let executor = executor_label(&cfg);
+        let started = std::time::Instant::now();
         let exec = self.exec.clone();
         let _renewing = self.keep_lease(claimed.id());
         let (id, payload) = (claimed.id().clone(), claimed.preview.payload.clone());
@@ -162,6 +164,15 @@ impl Service {
                 },
             }
         };
+        self.metrics.execution(
+            executor,
+            match report.outcome {
+                Outcome::Succeeded => "succeeded",
+                Outcome::Failed => "failed",
+                Outcome::Unknown => "unknown",
+            },
+            started.elapsed(),
+        );
         tracing::info!(id = %claimed.id(), outcome = ?report.outcome, "executed");
         let (outcome, detail) = (report.outcome, executor::excerpt(&report.detail));
         // From the claimed record as stored by the claim, not a fresh read: a change made
@@ -239,5 +250,17 @@ impl Service {
                 }
             }
         })))
+    }
+}
+
+/// The executor's type, the `executor` label of the execution metrics.
+fn executor_label(cfg: &approval_core::policy::ExecutorConfig) -> &'static str {
+    use approval_core::policy::ExecutorConfig;
+    match cfg {
+        ExecutorConfig::Note { .. } => "note",
+        ExecutorConfig::Webhook { .. } => "webhook",
+        ExecutorConfig::Command { .. } => "command",
+        ExecutorConfig::Mcp { .. } => "mcp",
+        ExecutorConfig::Gate => "gate",
     }
 }

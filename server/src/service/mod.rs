@@ -102,6 +102,8 @@ pub struct Service {
     public_url: RwLock<Option<String>>,
     /// Loading a configuration version (issue #35) one at a time (see `governance`).
     adopting: tokio::sync::Mutex<()>,
+    /// What `/metrics` shows (issue #36); recorded where each rule is applied.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The result of posting a decision.
@@ -145,8 +147,13 @@ impl Service {
         exec: ExecContext,
         limits: PendingLimits,
     ) -> Arc<Self> {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let sampled = store.clone();
+        metrics.set_sampler(Box::new(move || {
+            crate::store::failstop::metrics_sample(sampled.as_ref())
+        }));
         Arc::new(Self {
-            commit: GroupCommit::new(store.clone()),
+            commit: GroupCommit::new(store.clone()).with_metrics(metrics.clone()),
             store,
             identity,
             config: RwLock::new(Arc::new(config)),
@@ -164,6 +171,7 @@ impl Service {
             on_quorum: Default::default(),
             public_url: RwLock::new(None),
             adopting: tokio::sync::Mutex::new(()),
+            metrics,
         })
     }
 
@@ -188,6 +196,11 @@ impl Service {
     /// The server's id and identity key.
     pub fn identity(&self) -> &ServerIdentity {
         &self.identity
+    }
+
+    /// The metrics `/metrics` shows.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.metrics
     }
 
     /// Group-commit statistics.
@@ -311,6 +324,9 @@ impl Service {
             match self.store.update(&next, events)? {
                 Cas::Applied => {
                     self.commit.flush().await?;
+                    if next.status() != cur.status() {
+                        self.count_proposal(&next);
+                    }
                     self.announce(id);
                     return Ok(next);
                 }
@@ -323,6 +339,12 @@ impl Service {
                 }
             }
         }
+    }
+
+    /// Counts `rec` as having entered its status ([`crate::metrics`]).
+    fn count_proposal(&self, rec: &ProposalRecord) {
+        let kind = crate::metrics::Metrics::kind_label(&self.config().policies, &rec.preview.kind);
+        self.metrics.proposal(kind, rec.status().as_str());
     }
 
     fn event(kind: AuditKind, rec: &ProposalRecord, now: Timestamp, detail: Value) -> AuditEvent {

@@ -168,6 +168,7 @@ impl Service {
         self.store.create(&rec, vec![ev], self.limits)?;
         self.commit.flush().await?;
         drop(writing);
+        self.count_proposal(&rec);
         self.announce(rec.id().clone());
         tracing::info!(id = %rec.id(), kind = %rec.preview.kind, agent = %agent, "proposed");
         Ok((rec, policy))

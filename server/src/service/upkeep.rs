@@ -45,9 +45,13 @@ impl Service {
     /// Whether this instance leads `task` now (always, on the embedded store).
     pub async fn leads(&self, task: Task) -> bool {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.try_lead(task.as_str()))
+        let leads = tokio::task::spawn_blocking(move || store.try_lead(task.as_str()))
             .await
-            .unwrap_or(false)
+            .unwrap_or(false);
+        if self.store.leases().is_some() {
+            self.metrics.leads(task.as_str(), leads);
+        }
+        leads
     }
 
     /// Whether this instance still leads `task`, checked right before each act of a
@@ -93,6 +97,15 @@ impl Service {
     /// out (the instance running it died) becomes OUTCOME_UNKNOWN, never re-run.
     /// Returns how many.
     pub async fn sweep_leases(&self) -> Result<usize, ServiceError> {
+        let r = self.sweep_leases_once().await;
+        if self.store.leases().is_some() {
+            self.metrics
+                .lease_sweep(r.as_ref().map(|n| *n).map_err(|_| ()));
+        }
+        r
+    }
+
+    async fn sweep_leases_once(&self) -> Result<usize, ServiceError> {
         let expired = self.store.expired_claims(SWEEP_BATCH)?;
         let mut ended = 0;
         for id in &expired {
@@ -127,6 +140,7 @@ impl Service {
             match self.store.end_expired_claim(&next, events)? {
                 Cas::Applied => {
                     self.commit.flush().await?;
+                    self.count_proposal(&next);
                     self.announce(id.clone());
                     ended += 1;
                     tracing::warn!(%id, "execution lease expired: now OUTCOME_UNKNOWN, not re-run");

@@ -49,6 +49,20 @@ pub const STALL_DEADLINE: Duration = Duration::from_secs(20);
 
 type Halt = Box<dyn Fn(&str) + Send + Sync>;
 
+/// What `/metrics` reads from the store when it is scraped (issue #36): the
+/// fail-stop state ([`Store::failure`]: set once a [`FailStop`] has failed, or, on
+/// PostgreSQL, while the database cannot be reached), the PENDING count and the
+/// outbox. Read from the store, so it is exact on every instance. Blocking.
+pub fn metrics_sample(store: &dyn Store) -> crate::metrics::Sample {
+    let fail_stopped = store.failure().is_some();
+    crate::metrics::Sample {
+        // A stopped store answers nothing more: those are left out.
+        pending: store.pending_count(None).ok().filter(|_| !fail_stopped),
+        outbox: (!fail_stopped).then(|| store.outbox_counts()),
+        fail_stopped,
+    }
+}
+
 /// The writes and flushes running now, by start order: the first is the oldest.
 #[derive(Default)]
 struct InFlight {

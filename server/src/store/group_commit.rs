@@ -1,7 +1,7 @@
 //! Group commit: writers that need their write on disk share one fsync
 //! ([`GroupCommit`]), run off the async workers.
 //!
-//! May import: the store contract ([`Store`]), nothing above.
+//! May import: the store contract ([`Store`]) and the metrics (a leaf), nothing above.
 
 use super::api::Store;
 use super::error::StoreError;
@@ -40,6 +40,8 @@ pub struct GroupCommit {
     completed: tokio::sync::watch::Sender<u64>,
     fsyncs: AtomicU64,
     inflight: AtomicU64,
+    /// Where each write's commit latency goes (`approval_store_commit_seconds`).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl GroupCommit {
@@ -52,7 +54,15 @@ impl GroupCommit {
             completed: tokio::sync::watch::channel(0).0,
             fsyncs: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
+            metrics: None,
         }
+    }
+
+    /// Records each write's commit latency: from [`GroupCommit::begin`] to the
+    /// guard's drop, after its flush (on PostgreSQL the commit is the write itself).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Returns once every write made before the call is durable.
@@ -129,7 +139,7 @@ impl GroupCommit {
     /// read that may have seen it can wait for it to be durable ([`GroupCommit::settle`]).
     pub fn begin(&self) -> WriteGuard<'_> {
         self.inflight.fetch_add(1, Ordering::SeqCst);
-        WriteGuard(self)
+        WriteGuard(self, std::time::Instant::now())
     }
 
     /// Returns once nothing a read may have seen is still waiting for its fsync: at
@@ -144,10 +154,13 @@ impl GroupCommit {
 }
 
 /// A write under way; see [`GroupCommit::begin`].
-pub struct WriteGuard<'a>(&'a GroupCommit);
+pub struct WriteGuard<'a>(&'a GroupCommit, std::time::Instant);
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+        if let Some(m) = &self.0.metrics {
+            m.commit(self.1.elapsed());
+        }
     }
 }

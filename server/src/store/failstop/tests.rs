@@ -169,6 +169,24 @@ fn the_first_write_failure_halts_once_and_refuses_everything_after() {
     assert_eq!(halted.lock().unwrap().len(), 1, "halt runs once");
 }
 
+#[test]
+fn metrics_show_the_fail_stop_once_a_write_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _halted) = faulty(&dir, Fault::Full, Fault::None, STALL_DEADLINE);
+    let metrics = crate::metrics::Metrics::new();
+    let sampled = store.clone();
+    metrics.set_sampler(Box::new(move || metrics_sample(sampled.as_ref())));
+    let text = metrics.render();
+    assert!(text.lines().any(|l| l == "approval_fail_stop 0"), "{text}");
+    assert!(
+        text.lines().any(|l| l == "approval_pending_proposals 0"),
+        "{text}"
+    );
+    let _ = store.create(&record("p-1"), vec![], PendingLimits::default());
+    let text = metrics.render();
+    assert!(text.lines().any(|l| l == "approval_fail_stop 1"), "{text}");
+}
+
 /// Waits (up to 10 s) for the halt action to have run.
 fn halt_reason(halted: &Mutex<Vec<String>>) -> Option<String> {
     let t = Instant::now();
