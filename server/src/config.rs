@@ -160,6 +160,20 @@ pub fn read_policy_dir(dir: &Path) -> Result<Vec<(String, String)>, ConfigError>
     Ok(files)
 }
 
+/// Every `*.toml` in a folder by file name (`deploy.toml`), as a bundle holds them.
+pub fn read_policies_by_name(dir: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    Ok(read_policy_dir(dir)?
+        .into_iter()
+        .map(|(path, text)| {
+            let name = Path::new(&path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or(path);
+            (name, text)
+        })
+        .collect())
+}
+
 impl ConfigSource {
     /// Loads and validates everything; any error refuses the whole snapshot.
     pub fn load(&self) -> Result<Config, ConfigError> {
@@ -187,16 +201,7 @@ impl ConfigSource {
         let Some(root) = &self.root else {
             return Ok(None);
         };
-        let policies = read_policy_dir(&self.policies)?
-            .into_iter()
-            .map(|(path, text)| {
-                let name = Path::new(&path)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or(path);
-                (name, text)
-            })
-            .collect();
+        let policies = read_policies_by_name(&self.policies)?;
         Ok(Some(Bundle {
             root: read(root)?,
             keyring: read(&self.keys)?,

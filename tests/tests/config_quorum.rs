@@ -58,48 +58,44 @@ fn start(w: &World) -> Result<Server> {
     )
 }
 
-/// `config pull` into a fresh folder as `who`; the version it reports.
-fn pull(w: &World, api: &str, who: &str, dir: &Path) -> Result<u64> {
-    let out = approval_server(&[
+/// `approval-server config VERB DIR --server API --key <who's key>`; its stdout, or
+/// an error with everything it printed.
+fn config_cli(w: &World, verb: &str, api: &str, who: &str, dir: &Path) -> Result<String> {
+    let key = w.key_file(who);
+    let args: [&std::ffi::OsStr; 7] = [
         "config".as_ref(),
-        "pull".as_ref(),
+        verb.as_ref(),
         dir.as_os_str(),
         "--server".as_ref(),
         api.as_ref(),
         "--key".as_ref(),
-        w.key_file(who).as_os_str(),
-    ])?;
+        key.as_os_str(),
+    ];
+    let out = approval_server(&args)?;
     if !out.status.success() {
-        bail!("config pull failed: {out}");
+        bail!("config {verb} failed: {out}");
     }
-    out.stdout
-        .strip_prefix("configuration version ")
+    Ok(out.stdout.clone())
+}
+
+/// `config pull` into a fresh folder as `who`; the version it reports.
+fn pull(w: &World, api: &str, who: &str, dir: &Path) -> Result<u64> {
+    let out = config_cli(w, "pull", api, who, dir)?;
+    out.strip_prefix("configuration version ")
         .and_then(|r| r.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .with_context(|| format!("no version in {:?}", out.stdout))
+        .with_context(|| format!("no version in {out:?}"))
 }
 
 /// `config propose DIR` as `who`: the proposal id, and everything it printed.
 fn propose(w: &World, api: &str, who: &str, dir: &Path) -> Result<(String, String)> {
-    let out = approval_server(&[
-        "config".as_ref(),
-        "propose".as_ref(),
-        dir.as_os_str(),
-        "--server".as_ref(),
-        api.as_ref(),
-        "--key".as_ref(),
-        w.key_file(who).as_os_str(),
-    ])?;
-    if !out.status.success() {
-        bail!("config propose failed: {out}");
-    }
+    let out = config_cli(w, "propose", api, who, dir)?;
     let id = out
-        .stdout
         .split(" as ")
         .nth(1)
         .and_then(|r| r.split(';').next())
-        .with_context(|| format!("no proposal id in {:?}", out.stdout))?;
-    Ok((id.to_owned(), out.stdout.clone()))
+        .with_context(|| format!("no proposal id in {out:?}"))?;
+    Ok((id.to_owned(), out.clone()))
 }
 
 async fn version_becomes(w: &World, api: &str, v: u64) -> Result<()> {
@@ -157,6 +153,16 @@ async fn post_signed(
         .send()
         .await?;
     Ok((resp.status().as_u16(), resp.text().await?))
+}
+
+/// A proposal's status, as alice's signer-cli shows it.
+async fn status(w: &World, server: &Server, id: &str) -> Result<String> {
+    let shown = w
+        .signer("alice", server)
+        .ok(&["--json", "show", id])
+        .await?
+        .json()?;
+    Ok(shown["status"].as_str().unwrap_or_default().to_owned())
 }
 
 fn keyring_line(w: &World, name: &str) -> Result<String> {
@@ -244,16 +250,11 @@ async fn files_edited_by_hand_change_nothing_and_a_change_needs_the_administrato
         "{printed}"
     );
     // Not an administrator: refused.
-    let dave_proposes = approval_server(&[
-        "config".as_ref(),
-        "propose".as_ref(),
-        change.as_os_str(),
-        "--server".as_ref(),
-        server.api_url.as_ref(),
-        "--key".as_ref(),
-        w.key_file("dave").as_os_str(),
-    ])?;
-    assert!(!dave_proposes.status.success(), "{dave_proposes}");
+    let dave_proposes = config_cli(&w, "propose", &server.api_url, "dave", &change);
+    assert!(
+        format!("{dave_proposes:?}").contains("UNAUTHORIZED"),
+        "{dave_proposes:?}"
+    );
 
     // One administrator of two needed: nothing changes.
     w.signer("alice", &server).approve(&id).await?;
@@ -267,20 +268,10 @@ async fn files_edited_by_hand_change_nothing_and_a_change_needs_the_administrato
     version_becomes(&w, &server.api_url, 2).await?;
     // The files on disk now say what the gate obeys.
     assert!(std::fs::read_to_string(&w.keys)?.contains("dave ed25519"));
-    let shown = w
-        .signer("alice", &server)
-        .ok(&["--json", "show", &id])
-        .await?
-        .json()?;
-    assert_eq!(shown["status"], "SUCCEEDED", "{shown}");
+    assert_eq!(status(&w, &server, &id).await?, "SUCCEEDED");
 
     // The stale change (against version 1) is void: it can never apply.
-    let stale_now = w
-        .signer("alice", &server)
-        .ok(&["--json", "show", &stale])
-        .await?
-        .json()?;
-    assert_eq!(stale_now["status"], "POLICY_CHANGED", "{stale_now}");
+    assert_eq!(status(&w, &server, &stale).await?, "POLICY_CHANGED");
     let late = w
         .signer("bob", &server)
         .run(&["--json", "approve", &stale, "--yes"])
@@ -379,6 +370,12 @@ async fn a_new_root_needs_the_old_roots_threshold_and_an_emergency_removal_one_f
         "{erin_counts}"
     );
     std::fs::write(remove.join("root.toml"), root(&["dave"], 1))?;
+    // Alice, still in the keyring, is no longer an administrator: she cannot propose.
+    let alice = config_cli(&w, "propose", &server.api_url, "alice", &remove);
+    assert!(
+        format!("{alice:?}").contains("not an administrator"),
+        "{alice:?}"
+    );
     let (id, printed) = propose(&w, &server.api_url, "dave", &remove)?;
     assert!(
         printed.contains("EMERGENCY REMOVAL of administrator erin"),

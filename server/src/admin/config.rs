@@ -178,17 +178,8 @@ fn read_dir(dir: &Path) -> anyhow::Result<Bundle> {
     };
     let agents_path = dir.join("agents");
     let agents = agents_path.exists().then(|| read("agents")).transpose()?;
-    let policies = crate::config::read_policy_dir(&dir.join("policies"))
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .into_iter()
-        .map(|(path, text)| {
-            let name = Path::new(&path)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or(path);
-            (name, text)
-        })
-        .collect();
+    let policies = crate::config::read_policies_by_name(&dir.join("policies"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Bundle {
         root: read("root.toml")?,
         keyring: read("keyring")?,
