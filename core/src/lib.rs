@@ -14,6 +14,8 @@
 //! - [`status`]: the state machine, transitions as functions of the current time;
 //! - [`receipt`]: what the system that acts verifies offline;
 //! - [`attestation`]: the server's signed word that it claimed an execution in time;
+//! - [`claim`]: the storage rules that keep an effect to one run (the compare-and-swap,
+//!   leases, leadership terms, group commit), shared by the stores and `approval-model`;
 //! - [`passkey`]: WebAuthn assertions and registrations, for approvers who sign in
 //!   with a passkey instead of a key file.
 //!
@@ -28,6 +30,7 @@ pub mod action;
 pub mod api;
 pub mod approver_key;
 pub mod attestation;
+pub mod claim;
 pub mod code;
 pub mod cooldown;
 pub mod enrolment;

@@ -5,6 +5,7 @@
 
 use super::api::Store;
 use super::error::StoreError;
+use approval_core::claim::flush_covers;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -72,11 +73,11 @@ impl GroupCommit {
         let ticket = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let mut done = self.completed.subscribe();
         loop {
-            if *done.borrow_and_update() >= ticket {
+            if flush_covers(*done.borrow_and_update(), ticket) {
                 return Ok(());
             }
             if let Ok(guard) = self.flusher.try_lock() {
-                if *self.completed.borrow() >= ticket {
+                if flush_covers(*self.completed.borrow(), ticket) {
                     return Ok(());
                 }
                 // Let writers that are already runnable reach their ticket first, so

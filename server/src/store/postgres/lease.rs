@@ -488,4 +488,94 @@ mod tests {
         let (_, second) = row(&db.url, "sweep").unwrap();
         assert_eq!(second, first + 1);
     }
+
+    /// The leadership SQL decides as core's rules (`approval_core::claim`), which
+    /// the model of issue #37 (`approval-model`) steps with: for every kind of row
+    /// (none; this holder's, live or lapsed; another's, live or lapsed), the term
+    /// `take_or_renew` grants, whether `renew` extends a term and whether `fenced`
+    /// holds are the pure functions' answers. If one side changes alone, this fails.
+    #[test]
+    fn the_leadership_sql_decides_as_the_rules_the_model_checks() {
+        use super::{fenced, renew, take_or_renew, SWEEP};
+        use approval_core::claim::{self, LeaderRow};
+        let Some(db) = Fresh::new() else { return };
+        PgStore::migrate(&db.url).unwrap();
+        let store = PgStore::open(&db.url).unwrap();
+        let lease = Duration::from_secs(10);
+        let (me, other) = ("me".to_owned(), "other".to_owned());
+        let rows = [
+            None,
+            Some((me.clone(), 5i64, false)),
+            Some((me.clone(), 5, true)),
+            Some((other.clone(), 5, false)),
+            Some((other.clone(), 5, true)),
+        ];
+        for row in rows {
+            let model = row.clone().map(|(holder, epoch, expired)| LeaderRow {
+                holder,
+                epoch: epoch as u64,
+                expired,
+            });
+            // Lays the row out again (each question below may change it).
+            let lay = |pool: deadpool_postgres::Pool, row: Option<(String, i64, bool)>| async move {
+                let c = pool.get().await.map_err(pool_err)?;
+                c.execute("DELETE FROM leadership", &[])
+                    .await
+                    .map_err(pg_err)?;
+                if let Some((holder, epoch, expired)) = row {
+                    let offset = if expired { -3600.0f64 } else { 3600.0 };
+                    c.execute(
+                        "INSERT INTO leadership (task, holder, epoch, expires_at) \
+                         VALUES ('sweep', $1, $2, clock_timestamp() + $3::float8 * interval '1 second')",
+                        &[&holder, &epoch, &offset],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                }
+                Ok::<_, StoreError>(c)
+            };
+            let pool = store.pool.clone();
+            let (granted, renewed, fences) = store
+                .block({
+                    let (me, row) = (me.clone(), row.clone());
+                    async move {
+                        let c = lay(pool.clone(), row.clone()).await?;
+                        let granted = take_or_renew(&c, SWEEP, &me, lease).await?;
+                        let mut renewed = Vec::new();
+                        for epoch in [4i64, 5] {
+                            let c = lay(pool.clone(), row.clone()).await?;
+                            renewed.push(renew(&c, SWEEP, &me, epoch, lease).await?.is_some());
+                        }
+                        let mut fences = Vec::new();
+                        for epoch in [None, Some(4i64), Some(5)] {
+                            let mut c = lay(pool.clone(), row.clone()).await?;
+                            let tx = c.transaction().await.map_err(pg_err)?;
+                            fences.push(fenced(&tx, SWEEP, &me, epoch).await?);
+                            tx.rollback().await.map_err(pg_err)?;
+                        }
+                        Ok::<_, StoreError>((granted, renewed, fences))
+                    }
+                })
+                .unwrap();
+            assert_eq!(
+                granted.map(|e| e as u64),
+                claim::take_or_renew(model.as_ref(), &me),
+                "take_or_renew over {row:?}"
+            );
+            for (epoch, got) in [4u64, 5].into_iter().zip(renewed) {
+                assert_eq!(
+                    got,
+                    claim::renews_term(model.as_ref(), &me, epoch),
+                    "renew {epoch} over {row:?}"
+                );
+            }
+            for (epoch, got) in [None, Some(4u64), Some(5)].into_iter().zip(fences) {
+                assert_eq!(
+                    got,
+                    claim::term_current(model.as_ref(), &me, epoch),
+                    "fenced {epoch:?} over {row:?}"
+                );
+            }
+        }
+    }
 }

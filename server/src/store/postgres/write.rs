@@ -6,6 +6,7 @@
 use super::*;
 use crate::audit;
 use crate::store::shared::{pending_delta, seal};
+use approval_core::claim::{cas_applies, Guard};
 
 pub(super) type Tx<'a> = deadpool_postgres::Transaction<'a>;
 pub(super) type Sql<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
@@ -227,10 +228,16 @@ impl PgStore {
             if !leads {
                 tracing::warn!(%id, "not ending an expired claim: this instance's sweep leadership term is over (another instance leads)");
             }
-            if revision as u64 + 1 != rec.revision
-                || (only_expired_lease && !lease_expired)
-                || !leads
-            {
+            // The rule is core's (`approval_core::claim`), shared with sled and the model.
+            let guard = if only_expired_lease {
+                Guard::ExpiredClaim {
+                    lease_expired,
+                    term_current: leads,
+                }
+            } else {
+                Guard::Revision
+            };
+            if !cas_applies(revision as u64, rec.revision, guard) {
                 let cur = decode_record(&id, row.get(1))?;
                 return Ok((Cas::Conflict(Box::new(cur)), 0));
             }

@@ -36,6 +36,7 @@ use super::shared::{self, encode, moved, pending_delta, seal};
 use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
 use ::sled;
+use approval_core::claim::{cas_applies, Guard};
 use approval_core::ids::AgentName;
 use approval_core::status::{Lifecycle, Status};
 use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
@@ -568,7 +569,10 @@ impl Store for SledStore {
             return Ok(Cas::Missing);
         };
         let cur = decode_indexed(&rk, &cur_bytes)?;
-        if cur.revision + 1 != new.revision || &cur.preview.proposal_id != id {
+        // The claim's compare-and-swap: core's rule, shared with PostgreSQL and the model.
+        if !cas_applies(cur.revision, new.revision, Guard::Revision)
+            || &cur.preview.proposal_id != id
+        {
             return Ok(Cas::Conflict(Box::new(decode_record(&rk, &cur_bytes)?)));
         }
         let created = cur.preview.created_at;
