@@ -193,7 +193,8 @@ pub fn check(model: ExactlyOnce, stop_at: Option<&'static str>) -> Report {
     let started = Instant::now();
     let mut builder = model.checker().threads(threads);
     if let Some(p) = stop_at {
-        // One thread: breadth first in order, so the counterexample is a shortest one.
+        // One thread: the search order, and so the trace printed, does not depend on
+        // how two threads interleave. (A trace is short, not always the shortest.)
         builder = builder
             .threads(1)
             .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([p])));
