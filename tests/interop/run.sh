@@ -13,12 +13,17 @@
 #     the reference filesystem MCP server from npm, called with a plain `await client.call_tool`
 #     that waits on a task while signer-cli approves or rejects (issue #33). It runs its own
 #     approval-server on a policy written for it.
+#   * the README's client snippets (examples/clients/: the Python SDK 2.x, the TypeScript SDK v2 and
+#     FastMCP, each over HTTP and over stdio), run exactly as the README shows them, against the
+#     same server; their Python venvs are the two above, their node_modules examples/clients/'s own
+#     (npm ci from its package-lock.json).
 #
 # Needs: Python 3 (with venv), node and npm (for the filesystem server) and the binaries already
 # built (this script does not build them):
 #   cargo build -p approval-server -p signer-cli
-# Env: TARGET_DIR (default target/debug, relative to the checkout); SDKS (default "2 1 fastmcp":
-# which clients to run; "fastmcp" alone runs only the tasks flow); FLOWS (comma-separated subset
+# Env: TARGET_DIR (default target/debug, relative to the checkout); SDKS (default
+# "2 1 fastmcp clients": which clients to run; "fastmcp" alone runs only the tasks flow, "clients"
+# only the README's snippets); FLOWS (comma-separated subset
 # of python_client.py's flows, for one SDK; it does not affect the fastmcp run); KEEP_WORK_DIR=1
 # keeps the temp folder (keys, data, server logs).
 # Exit status is non-zero on any failure; the last line is `N passed, N failed`.
@@ -76,9 +81,62 @@ ensure_filesystem_server() {
     fs_installed "$prefix" || die "$prefix holds no $pkg@$version after the install"
 }
 
+# ensure_node_clients: examples/clients/node_modules from its package-lock.json (npm ci), redone
+# only when the lock file changes.
+ensure_node_clients() {
+    local dir="$REPO_ROOT/examples/clients"
+    command -v node >/dev/null || die "node not found: the TypeScript snippets need it (or leave clients out of SDKS)"
+    if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.lock.installed"; then
+        command -v npm >/dev/null || die "npm not found: the TypeScript snippets install their SDK with it"
+        log "installing the TypeScript SDK into $dir/node_modules (npm ci)"
+        (cd "$dir" && npm ci --no-audit --no-fund >/dev/null) || die "npm ci in $dir failed"
+        cp "$dir/package-lock.json" "$dir/node_modules/.lock.installed"
+    fi
+}
+
+# check_snippets: runs each README client snippet (examples/clients/) as the README says, with the
+# server's URL as its argument and target/debug on PATH (the stdio ones launch `approval-server`),
+# then checks what it printed: the five tools, a proposal PENDING_QUORUM, its status PENDING, and
+# that an approver's `signer-cli show` finds that proposal. One pass or failure per snippet; the
+# last line is `N passed, N failed`.
+check_snippets() {
+    local dir="$REPO_ROOT/examples/clients" passed=0 failed=0 name out id why
+    local tools="tools: approval_prepare, approval_status, approval_execute, approval_list, approval_withdraw"
+    for name in python_sdk_http.py python_sdk_stdio.py fastmcp_http.py fastmcp_stdio.py \
+                typescript_http.mjs typescript_stdio.mjs; do
+        local -a run=()
+        case "$name" in
+            python_sdk_*) run=("$REPO_ROOT/.venv-interop/bin/python" "$dir/$name") ;;
+            fastmcp_*) run=("$REPO_ROOT/.venv-interop-fastmcp/bin/python" "$dir/$name") ;;
+            *.mjs) run=(node "$dir/$name") ;;
+        esac
+        why=""
+        if ! out="$(PATH="$(dirname "$SERVER_BIN"):$PATH" timeout 60 "${run[@]}" "$MCP_URL" 2>"$WORK_DIR/$name.err")"; then
+            why="exited non-zero: $(tail -n 5 "$WORK_DIR/$name.err")"
+        elif ! grep -qxF "$tools" <<<"$out"; then
+            why="no line '$tools'"
+        elif ! id="$(sed -n 's/^prepare: PENDING_QUORUM \(p-[0-9a-f]*\)$/\1/p' <<<"$out")" || [ -z "$id" ]; then
+            why="no line 'prepare: PENDING_QUORUM p-...'"
+        elif ! grep -qxF "status: PENDING_QUORUM PENDING" <<<"$out"; then
+            why="no line 'status: PENDING_QUORUM PENDING'"
+        elif ! "$SIGNER_BIN" --server "$APPROVER_URL" --key "$KEYS_DIR/alice.key" show "$id" \
+                </dev/null >"$WORK_DIR/$name.show" 2>&1; then
+            why="signer-cli show $id failed: $(tail -n 3 "$WORK_DIR/$name.show")"
+        fi
+        if [ -z "$why" ]; then
+            passed=$((passed + 1)); echo "PASS  snippet $name: $(grep '^prepare: ' <<<"$out")"
+        else
+            failed=$((failed + 1)); echo "FAIL  snippet $name: $why"; printf '%s\n' "$out" | sed 's/^/      /'
+        fi
+    done
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+}
+
 declare -a RUNS=()
 FASTMCP_PY=""
-for sdk in ${SDKS:-2 1 fastmcp}; do
+SNIPPETS=""
+for sdk in ${SDKS:-2 1 fastmcp clients}; do
     case "$sdk" in
         2) ensure_venv "$REPO_ROOT/.venv-interop" "$REPO_ROOT/tests/interop/requirements.txt"
            RUNS+=("$REPO_ROOT/.venv-interop/bin/python") ;;
@@ -86,7 +144,11 @@ for sdk in ${SDKS:-2 1 fastmcp}; do
            RUNS+=("$REPO_ROOT/.venv-interop-sdk1/bin/python") ;;
         fastmcp) ensure_venv "$REPO_ROOT/.venv-interop-fastmcp" "$REPO_ROOT/tests/interop/requirements-fastmcp.txt"
            FASTMCP_PY="$REPO_ROOT/.venv-interop-fastmcp/bin/python" ;;
-        *) die "SDKS: unknown client '$sdk' (use 2, 1 and/or fastmcp)" ;;
+        clients) ensure_venv "$REPO_ROOT/.venv-interop" "$REPO_ROOT/tests/interop/requirements.txt"
+           ensure_venv "$REPO_ROOT/.venv-interop-fastmcp" "$REPO_ROOT/tests/interop/requirements-fastmcp.txt"
+           ensure_node_clients
+           SNIPPETS=1 ;;
+        *) die "SDKS: unknown client '$sdk' (use 2, 1, fastmcp and/or clients)" ;;
     esac
 done
 
@@ -151,6 +213,13 @@ if [ -n "$FASTMCP_PY" ]; then
         --server-bin "$SERVER_BIN" --signer-bin "$SIGNER_BIN" --keys-dir "$KEYS_DIR" \
         --keyring "$WORK_DIR/keyring" --work-dir "$WORK_DIR" --filesystem-server "$FS_SERVER_INDEX"
     log "FastMCP tasks flow: $((SECONDS - fastmcp_started)) s"
+fi
+
+# The README's client snippets (issue #36 part 4), against the first server.
+if [ -n "$SNIPPETS" ]; then
+    n_clients=$((n_clients + 6))
+    log "README client snippets: examples/clients/"
+    counted check_snippets
 fi
 
 if [ "$status" -ne 0 ] || [ "$total_failed" -ne 0 ]; then

@@ -69,9 +69,9 @@ pub enum Command {
         #[command(subcommand)]
         action: agent::AgentAction,
     },
-    /// Write one commented policy per tool of a downstream MCP server (kind
-    /// `<prefix>.<tool>`, an `mcp` executor; approvers and quorum to fill in). Never
-    /// overwrites a file.
+    /// Write one commented policy per tool of a downstream MCP server, or per --tool
+    /// (kind `<prefix>.<tool>`, an `mcp` executor; approvers and quorum to fill in);
+    /// --pass-through names tools called without approval. Never overwrites a file.
     ImportTools(import_tools::ImportToolsArgs),
 }
 

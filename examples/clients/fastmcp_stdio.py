@@ -1,0 +1,28 @@
+# The approval gate from FastMCP's client, over stdio: FastMCP launches
+# `approval-server stdio --connect URL`, which bridges to the running gate.
+import asyncio
+import sys
+
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+
+URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:4800/mcp"
+GATE = StdioTransport("approval-server", ["stdio", "--connect", URL])
+
+
+async def main() -> None:
+    async with Client(GATE) as gate:
+        tools = await gate.list_tools()
+        print("tools:", ", ".join(t.name for t in tools))
+        prepared = await gate.call_tool("approval_prepare", {
+            "kind": "note.write",
+            "payload": {"text": "Hello from FastMCP over stdio"},
+            "summary": "Write a greeting",
+        })
+        proposal = prepared.structured_content
+        print("prepare:", proposal["code"], proposal["proposal_id"])
+        status = await gate.call_tool("approval_status", {"proposal_id": proposal["proposal_id"]})
+        print("status:", status.structured_content["code"], status.structured_content["status"])
+
+
+asyncio.run(main())
