@@ -4,7 +4,8 @@
 //! `main.rs` parses the command line into a [`Command`] and hands it to [`dispatch`];
 //! each subcommand is one file here with its flags and its run: `serve` (serve and
 //! stdio, which start the gate), `demo`, `init`, `migrate`, `check`, `audit` (with
-//! `audit_remote`, the read from a running server), `agent`, `import_tools`; what
+//! `audit_remote`, the read from a running server), `backup` (backup and restore),
+//! `agent`, `import_tools`; what
 //! several of them share is `shared`.
 //!
 //! This is the top layer: it may import anything of the crate (the wiring in `run`,
@@ -13,6 +14,7 @@
 pub mod agent;
 pub mod audit;
 pub mod audit_remote;
+pub mod backup;
 pub mod check;
 pub mod config;
 pub mod demo;
@@ -64,6 +66,12 @@ pub enum Command {
         #[command(subcommand)]
         action: config::ConfigAction,
     },
+    /// Copy the embedded store (with the identity key) into one checked file, while
+    /// the server runs (over <data>/admin.sock) or not. Never overwrites a file.
+    Backup(backup::BackupArgs),
+    /// Make a new data folder from a backup file: refuses a non-empty folder, checks
+    /// the file's checksum and the audit chain, writes nothing half.
+    Restore(backup::RestoreArgs),
     /// Agent tokens.
     Agent {
         #[command(subcommand)]
@@ -88,6 +96,8 @@ pub async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args).await,
         Command::Audit { action } => audit::run(action).await,
         Command::Agent { action } => agent::run(action),
+        Command::Backup(args) => backup::backup(args).await,
+        Command::Restore(args) => backup::restore(args).await,
         Command::Config { action } => config::run(action).await,
         Command::Enroll(args) => enroll::run(args).await,
         Command::ImportTools(args) => import_tools::run(args).await,
