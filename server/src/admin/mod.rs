@@ -24,9 +24,23 @@ pub mod init;
 pub mod migrate;
 pub mod serve;
 mod shared;
+pub mod shell;
 
-use clap::Subcommand;
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
+
+/// The command line: `main.rs` parses it; `completions` and `man` read its definition.
+#[derive(Parser)]
+#[command(
+    name = "approval-server",
+    version,
+    about = "An MCP approval gate: agents propose, a quorum of humans signs, the action runs once."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
 
 /// The subcommands, in the order `--help` lists them.
 // Parsed once per process and moved straight into its command: the size of the
@@ -81,6 +95,10 @@ pub enum Command {
     /// `<prefix>.<tool>`, an `mcp` executor; approvers and quorum to fill in). Never
     /// overwrites a file.
     ImportTools(import_tools::ImportToolsArgs),
+    /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
+    Completions(shell::CompletionsArgs),
+    /// Write the man pages, one per command and subcommand, into a folder.
+    Man(shell::ManArgs),
 }
 
 /// Runs one subcommand. An error is the command's failure (main prints it); a
@@ -101,5 +119,7 @@ pub async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Config { action } => config::run(action).await,
         Command::Enroll(args) => enroll::run(args).await,
         Command::ImportTools(args) => import_tools::run(args).await,
+        Command::Completions(args) => shell::completions(args, Cli::command()),
+        Command::Man(args) => shell::man(args, Cli::command()),
     }
 }
