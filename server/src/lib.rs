@@ -6,10 +6,12 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admin_socket;
 pub mod agents;
 pub mod approver_api;
 pub mod approver_page;
 pub mod audit;
+pub mod backup;
 pub mod body_budget;
 pub mod capacity;
 pub mod clock;

@@ -1,24 +1,13 @@
 //! The `approval-server` command line: parses the arguments and hands the
 //! subcommand to [`approval_server::admin::dispatch`]; every command lives there.
 
-use approval_server::admin::{self, Command};
+use approval_server::admin::{self, Cli};
 use clap::Parser;
 use std::process::ExitCode;
 
 /// mimalloc rather than glibc malloc: see the workspace `Cargo.toml` and BENCHMARKS.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[derive(Parser)]
-#[command(
-    name = "approval-server",
-    version,
-    about = "An MCP approval gate: agents propose, a quorum of humans signs, the action runs once."
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

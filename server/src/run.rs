@@ -443,6 +443,12 @@ pub async fn serve_until(
     }
     // Notifications are queued from the first proposal on (before anyone can connect).
     crate::notify::spawn(svc.clone(), opts.notify.clone());
+    // The embedded store's backups while it runs (PROTOCOL §16.1); a path at
+    // admin.sock that is not ours refuses the start, before anything is announced.
+    let admin = match opts.database {
+        None => crate::admin_socket::AdminSocket::bind(&opts.data)?,
+        Some(_) => None,
+    };
     // Published before the lines are printed: whoever read them can find the file.
     let server_id = svc.store().server_id().to_string();
     let endpoint = crate::endpoint::Endpoint::publish(
@@ -499,6 +505,10 @@ pub async fn serve_until(
         hup,
         tls.clone(),
     );
+    if let Some(a) = admin {
+        let (store, data) = (svc.store().clone(), opts.data.clone());
+        tokio::spawn(a.serve(store, data, shutdown.clone().wait()));
+    }
     if let Some(l) = metrics {
         let (m, own) = (
             svc.metrics().clone(),

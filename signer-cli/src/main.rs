@@ -1,8 +1,10 @@
 //! `signer-cli`: the command line, and the one place where errors become exit codes.
 
 use approval_core::Decision;
-use clap::{Parser, Subcommand, ValueEnum};
-use signer_cli::commands::{decide, keygen, offline, pending, receipt, show, trust, ui, watch};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use signer_cli::commands::{
+    decide, keygen, offline, pending, receipt, shell, show, trust, ui, watch,
+};
 use signer_cli::config::Settings;
 use signer_cli::failure::{kind_of, usage};
 use std::path::PathBuf;
@@ -189,6 +191,18 @@ enum Command {
         #[arg(long)]
         no_open: bool,
     },
+    /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages, one per command, into a folder (e.g. ~/.local/share/man/man1).
+    Man {
+        /// Folder to write the pages into (made if missing); a page of the same name is replaced.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -236,6 +250,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Watch { notify } => watch::watch(s, notify).await,
         Command::TrustServer => trust::trust_server(s).await,
         Command::Ui { listen, no_open } => ui::ui(s, &listen, !no_open).await,
+        Command::Completions { shell } => shell::completions(shell, Cli::command()),
+        Command::Man { out } => shell::man(&out, Cli::command()),
     }
 }
 

@@ -4,7 +4,8 @@
 //! `main.rs` parses the command line into a [`Command`] and hands it to [`dispatch`];
 //! each subcommand is one file here with its flags and its run: `serve` (serve and
 //! stdio, which start the gate), `demo`, `init`, `migrate`, `check`, `audit` (with
-//! `audit_remote`, the read from a running server), `agent`, `import_tools`; what
+//! `audit_remote`, the read from a running server), `backup` (backup and restore),
+//! `agent`, `import_tools`; what
 //! several of them share is `shared`.
 //!
 //! This is the top layer: it may import anything of the crate (the wiring in `run`,
@@ -13,6 +14,7 @@
 pub mod agent;
 pub mod audit;
 pub mod audit_remote;
+pub mod backup;
 pub mod check;
 pub mod config;
 pub mod demo;
@@ -22,9 +24,23 @@ pub mod init;
 pub mod migrate;
 pub mod serve;
 mod shared;
+pub mod shell;
 
-use clap::Subcommand;
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
+
+/// The command line: `main.rs` parses it; `completions` and `man` read its definition.
+#[derive(Parser)]
+#[command(
+    name = "approval-server",
+    version,
+    about = "An MCP approval gate: agents propose, a quorum of humans signs, the action runs once."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
 
 /// The subcommands, in the order `--help` lists them.
 // Parsed once per process and moved straight into its command: the size of the
@@ -64,6 +80,12 @@ pub enum Command {
         #[command(subcommand)]
         action: config::ConfigAction,
     },
+    /// Copy the embedded store (with the identity key) into one checked file, while
+    /// the server runs (over <data>/admin.sock) or not. Never overwrites a file.
+    Backup(backup::BackupArgs),
+    /// Make a new data folder from a backup file: refuses a non-empty folder, checks
+    /// the file's checksum and the audit chain, writes nothing half.
+    Restore(backup::RestoreArgs),
     /// Agent tokens.
     Agent {
         #[command(subcommand)]
@@ -73,6 +95,10 @@ pub enum Command {
     /// (kind `<prefix>.<tool>`, an `mcp` executor; approvers and quorum to fill in);
     /// --pass-through names tools called without approval. Never overwrites a file.
     ImportTools(import_tools::ImportToolsArgs),
+    /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
+    Completions(shell::CompletionsArgs),
+    /// Write the man pages, one per command and subcommand, into a folder.
+    Man(shell::ManArgs),
 }
 
 /// Runs one subcommand. An error is the command's failure (main prints it); a
@@ -88,8 +114,12 @@ pub async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args).await,
         Command::Audit { action } => audit::run(action).await,
         Command::Agent { action } => agent::run(action),
+        Command::Backup(args) => backup::backup(args).await,
+        Command::Restore(args) => backup::restore(args).await,
         Command::Config { action } => config::run(action).await,
         Command::Enroll(args) => enroll::run(args).await,
         Command::ImportTools(args) => import_tools::run(args).await,
+        Command::Completions(args) => shell::completions(args, Cli::command()),
+        Command::Man(args) => shell::man(args, Cli::command()),
     }
 }

@@ -148,6 +148,22 @@ pub trait Store: Send + Sync + 'static {
     fn failure(&self) -> Option<String> {
         None
     }
+    /// Writes a consistent copy of the store and `files` (`crate::backup`'s format)
+    /// to `out`, for `approval-server backup`; returns the copy's checksum. Only the
+    /// embedded store takes its own copies: a database has its own tools (pg_dump).
+    fn snapshot(
+        &self,
+        _made_at: &str,
+        _made_by: &str,
+        _files: &[(&str, Vec<u8>)],
+        _out: &mut dyn std::io::Write,
+    ) -> Result<String, StoreError> {
+        Err(StoreError::Backend(
+            "this store is not copied by approval-server backup: use the database's own \
+             tools (pg_dump, see the README's Backups)"
+                .into(),
+        ))
+    }
     /// Turns the notification outbox on or off (off: no channel is configured, so
     /// writes queue nothing), with the most entries it may hold; past that a state
     /// change still commits and its notifications are dropped and counted.

@@ -355,6 +355,18 @@ impl Store for FailStop {
     fn failure(&self) -> Option<String> {
         self.failed.get().cloned()
     }
+    // Not watched: a backup that cannot be written (its file, its socket) says
+    // nothing about the store, and must not stop the server.
+    fn snapshot(
+        &self,
+        made_at: &str,
+        made_by: &str,
+        files: &[(&str, Vec<u8>)],
+        out: &mut dyn std::io::Write,
+    ) -> Result<String, StoreError> {
+        self.refused()?;
+        self.inner.snapshot(made_at, made_by, files, out)
+    }
 }
 
 #[cfg(test)]

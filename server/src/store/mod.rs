@@ -36,4 +36,4 @@ pub use self::page::{
     Cursor, HeadPage, ListIndex, PreviewHead, RecordHead, RecordPage, MAX_PAGE_SCAN,
 };
 pub use self::postgres::PgStore;
-pub use self::sled::{SledStore, CACHE_BYTES};
+pub use self::sled::{SledStore, Summary, Tally, CACHE_BYTES};

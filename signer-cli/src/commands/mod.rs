@@ -6,6 +6,7 @@ pub mod offline;
 pub mod pending;
 pub mod pick;
 pub mod receipt;
+pub mod shell;
 pub mod show;
 pub mod trust;
 pub mod ui;

@@ -108,3 +108,16 @@ pub fn audit(seq: u64) -> Vec<u8> {
 pub fn policy(hash: &Sha256Hex) -> Vec<u8> {
     join(&[POLICY, hash.as_bytes()])
 }
+
+/// One outbox entry from its key (`OUTBOX` + the big-endian number) and value; a key
+/// or item that does not decode is named.
+pub fn outbox_entry(
+    (k, v): (sled::IVec, sled::IVec),
+) -> Result<(u64, crate::store::OutboxItem), crate::store::StoreError> {
+    let seq = <[u8; 8]>::try_from(&k[OUTBOX.len()..])
+        .map(u64::from_be_bytes)
+        .map_err(|_| super::corrupt(&k, "outbox key is not a number"))?;
+    let it: crate::store::OutboxItem =
+        serde_json::from_slice(&v).map_err(|e| super::corrupt(&k, e))?;
+    Ok((seq, it))
+}

@@ -51,6 +51,7 @@ impl From<::sled::Error> for StoreError {
     }
 }
 
+mod backup;
 mod config;
 mod key;
 mod marks;
@@ -723,7 +724,7 @@ impl Store for SledStore {
         self.tree
             .scan_prefix(key::OUTBOX)
             .take(limit)
-            .map(|item| outbox_entry(item?))
+            .map(|item| key::outbox_entry(item?))
             .collect()
     }
 
@@ -737,7 +738,7 @@ impl Store for SledStore {
         // entries of each kind: the selection itself is `outbox::due`'s.
         let mut pick = Pick::new(now_ms, per_kind);
         for item in self.tree.scan_prefix(key::OUTBOX) {
-            let (seq, it) = outbox_entry(item?)?;
+            let (seq, it) = key::outbox_entry(item?)?;
             pick.offer(seq, it);
         }
         Ok(pick.finish(limit))
@@ -770,7 +771,19 @@ impl Store for SledStore {
         self.db.flush()?;
         Ok(())
     }
+
+    fn snapshot(
+        &self,
+        made_at: &str,
+        made_by: &str,
+        files: &[(&str, Vec<u8>)],
+        out: &mut dyn std::io::Write,
+    ) -> Result<String, StoreError> {
+        self.snapshot_to(made_at, made_by, files, out)
+    }
 }
+
+pub use backup::{Summary, Tally};
 
 impl SledStore {
     /// Test and tooling hook: overwrite one raw audit entry (to prove `audit verify` notices).
@@ -781,14 +794,5 @@ impl SledStore {
     }
 }
 
-/// One outbox entry from its key (`OUTBOX` + the big-endian number) and value; a key
-/// or item that does not decode is named.
-fn outbox_entry((k, v): (sled::IVec, sled::IVec)) -> Result<(u64, OutboxItem), StoreError> {
-    let seq = <[u8; 8]>::try_from(&k[key::OUTBOX.len()..])
-        .map(u64::from_be_bytes)
-        .map_err(|_| corrupt(&k, "outbox key is not a number"))?;
-    let it: OutboxItem = serde_json::from_slice(&v).map_err(|e| corrupt(&k, e))?;
-    Ok((seq, it))
-}
 #[cfg(test)]
 mod tests;
