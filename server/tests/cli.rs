@@ -395,10 +395,22 @@ async fn demo_reads_policies_and_its_reload_names_the_proposals_it_ended() {
 fn demo_outside_the_checkout_says_it_uses_built_in_policies() {
     let dir = tempfile::tempdir().unwrap();
     let r = spawn(dir.path(), &["demo", "--listen", "127.0.0.1:0"]);
+    let (_, api) = endpoints(&r);
     let line = wait_line(&r.out, |l| l.starts_with("Policies: "));
     assert_eq!(
         line,
         "Policies: <built-in copies of the example policies> (no ./policies folder here; start with --policies DIR to use and reload your own)."
+    );
+    // Issue #36: the banner says what signer-cli will do when `serve` takes over
+    // the address with another data folder (and another identity).
+    let moving = wait_line(&r.out, |l| l.starts_with("Moving on to `serve`"));
+    assert!(
+        moving.contains(&format!("at {api}?"))
+            && moving.contains("another --data than ./data")
+            && moving.contains("(./data/server.key)")
+            && moving.contains("SERVER IDENTITY CHANGED")
+            && moving.contains(&format!("`signer-cli --server {api} trust-server`")),
+        "{moving}"
     );
     let out = bin()
         .current_dir(dir.path())

@@ -70,7 +70,10 @@ pub enum PayloadRefusal {
         limit: u64,
     },
     /// Nested deeper than [`MAX_PAYLOAD_NESTING`] arrays and objects.
-    #[error("payload nests more than {limit} arrays/objects deep at {pointer}: flatten it")]
+    #[error(
+        "payload nests more than {limit} arrays/objects deep at {}: flatten it",
+        location(pointer)
+    )]
     TooDeep {
         /// JSON pointer of the first value past the limit.
         pointer: String,
@@ -78,13 +81,26 @@ pub enum PayloadRefusal {
         limit: usize,
     },
     /// Breaks the policy's `payload_schema`.
-    #[error("payload does not match this kind's schema at {pointer}: {message}")]
+    #[error(
+        "payload does not match this kind's schema at {}: {message}",
+        location(pointer)
+    )]
     Schema {
         /// JSON pointer of the first failing value.
         pointer: String,
         /// The validator's message.
         message: String,
     },
+}
+
+/// Where in the payload a refusal points, for a message: an empty JSON pointer is the
+/// payload itself, which a reader would otherwise see as "at : ..." (issue #36).
+fn location(pointer: &str) -> String {
+    if pointer.is_empty() {
+        "the payload's root (the whole payload)".to_owned()
+    } else {
+        pointer.to_owned()
+    }
 }
 
 impl PayloadRefusal {

@@ -220,6 +220,30 @@ fn payload_checks() {
     assert_eq!(e.pointer(), "/to");
 }
 
+/// Issue #36: a refusal of the whole payload read "schema at : ...", with an empty
+/// location; it names the root, and a nested one keeps its pointer.
+#[test]
+fn a_schema_refusal_of_the_whole_payload_names_the_root() {
+    let p = parse(GOOD).unwrap();
+    let e = p
+        .check_payload(&json!(["not", "an", "object"]))
+        .unwrap_err();
+    assert!(matches!(e, PayloadRefusal::Schema { .. }), "{e}");
+    assert_eq!(e.pointer(), "");
+    let text = e.to_string();
+    assert!(text.contains("at the payload's root"), "{text}");
+    assert!(!text.contains("at :"), "{text}");
+    let typed = GOOD.replace(
+        "[executor]",
+        "[payload_schema.properties.to]\ntype = \"string\"\n[executor]",
+    );
+    let e = parse(&typed)
+        .unwrap()
+        .check_payload(&json!({"to": 7, "subject": "b"}))
+        .unwrap_err();
+    assert!(e.to_string().contains("schema at /to: "), "{e}");
+}
+
 #[test]
 fn payload_nesting_is_limited_so_answers_stay_readable() {
     let p = parse(GOOD).unwrap();

@@ -46,7 +46,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     logging("info");
     let keys = prepare_keys(&args.keys_dir)?;
     let source = policy_source(args.policies, keys, args.agents)?;
-    let shown = (args.keys_dir, source.clone());
+    let shown = (args.keys_dir, source.clone(), args.data.clone());
     let opts = ServeOptions {
         data: args.data,
         source,
@@ -55,7 +55,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         allowed_hosts: vec![],
         allowed_origins: vec![],
         banner: Some(Banner(Arc::new(move |mcp_url, api_url| {
-            banner(mcp_url, api_url, &shown.0, &shown.1)
+            banner(mcp_url, api_url, &shown.0, &shown.1, &shown.2)
         }))),
         limits: Default::default(),
         notify: Default::default(),
@@ -185,7 +185,13 @@ pub fn propose_command(mcp_url: &str, with_token: bool) -> String {
 }
 
 /// The banner printed once the demo listens.
-pub fn banner(mcp_url: &str, api_url: &str, keys: &Path, source: &ConfigSource) -> String {
+pub fn banner(
+    mcp_url: &str,
+    api_url: &str,
+    keys: &Path,
+    source: &ConfigSource,
+    data: &Path,
+) -> String {
     let k = keys.display();
     let policies = if source.embedded_policies.is_some() {
         format!(
@@ -227,6 +233,17 @@ pub fn banner(mcp_url: &str, api_url: &str, keys: &Path, source: &ConfigSource) 
         String::new(),
         policies,
         "Port taken? Start with --listen 127.0.0.1:4801 (any free address).".into(),
+        // Issue #36: a newcomer who moves on to `serve` at this address with another
+        // data folder met SERVER IDENTITY CHANGED without warning. The refusal is right
+        // (signer-cli pins the identity per URL); the banner says it will happen.
+        format!(
+            "Moving on to `serve` at {api_url}? With another --data than {} it has another \
+             identity ({}/{}), and signer-cli refuses it (SERVER IDENTITY CHANGED) until you \
+             check its key and run `signer-cli --server {api_url} trust-server`.",
+            data.display(),
+            data.display(),
+            crate::identity::KEY_FILE
+        ),
     ];
     if !token_note.is_empty() {
         lines.insert(9, token_note.into());
