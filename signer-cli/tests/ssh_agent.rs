@@ -2,11 +2,14 @@
 //! a key made by `ssh-keygen` and added with `ssh-add`, a decision signed through
 //! the agent and verified by core; then the key removed with `ssh-add -d`, and
 //! signing refused with an error naming the agent and the key.
+//!
+//! Without OpenSSH's client tools on the PATH the test says so in one line and
+//! passes, or fails under `APPROVAL_TEST_REQUIRE_ALL` (`.ci/run` installs them).
 
 use approval_core::keyring::{ApproverKey, Keyring};
 use approval_core::{ApproverName, Decision, Sha256Hex};
 use signer_cli::ssh_agent::{parse_key_line, sign_decision};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,8 +32,19 @@ fn run(cmd: &mut Command) {
     );
 }
 
-fn start_agent(sock: &Path) -> Agent {
-    let child = Command::new("ssh-agent")
+/// OpenSSH's three programs, or `None` after the one `skipped:` line.
+fn openssh() -> Option<[PathBuf; 3]> {
+    let why = "to sign a decision through a real OpenSSH agent";
+    let hint = "apt-get install openssh-client";
+    Some([
+        approval_test_require::require("ssh-agent", why, hint)?,
+        approval_test_require::require("ssh-keygen", why, hint)?,
+        approval_test_require::require("ssh-add", why, hint)?,
+    ])
+}
+
+fn start_agent(ssh_agent: &Path, sock: &Path) -> Agent {
+    let child = Command::new(ssh_agent)
         .arg("-D")
         .arg("-a")
         .arg(sock)
@@ -52,16 +66,17 @@ fn start_agent(sock: &Path) -> Agent {
 
 #[test]
 fn a_decision_signed_through_a_real_ssh_agent_verifies_and_a_removed_key_is_named() {
+    let Some([ssh_agent, ssh_keygen, ssh_add]) = openssh() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("agent.sock");
     let key = dir.path().join("id_ed25519");
-    let _agent = start_agent(&sock);
-    run(Command::new("ssh-keygen")
+    let _agent = start_agent(&ssh_agent, &sock);
+    run(Command::new(&ssh_keygen)
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "alice@laptop", "-f"])
         .arg(&key));
-    run(Command::new("ssh-add")
-        .env("SSH_AUTH_SOCK", &sock)
-        .arg(&key));
+    run(Command::new(&ssh_add).env("SSH_AUTH_SOCK", &sock).arg(&key));
     let pub_line = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let ssh_key = parse_key_line(&pub_line).unwrap();
     // The keyring line takes the key without its comment.
@@ -87,7 +102,7 @@ fn a_decision_signed_through_a_real_ssh_agent_verifies_and_a_removed_key_is_name
     other.decision = Decision::Reject;
     assert!(other.verify(&cred, &h).is_err());
 
-    run(Command::new("ssh-add")
+    run(Command::new(&ssh_add)
         .env("SSH_AUTH_SOCK", &sock)
         .arg("-d")
         .arg(&key));

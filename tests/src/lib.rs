@@ -8,6 +8,9 @@
 //! - [`Mcp`] speaks MCP over HTTP; [`Stdio`] speaks it through
 //!   `approval-server stdio --connect`; both implement [`McpClient`].
 //! - [`Signer`] runs `signer-cli` as an approver would (`--yes` for scripts).
+//! - [`require`] and [`require_var`]: a test that needs node, Chromium, Prometheus,
+//!   python3 or PostgreSQL asks first, and skips in one line (or fails under
+//!   `APPROVAL_TEST_REQUIRE_ALL`) when it is missing.
 //!
 //! Nothing here sleeps for a fixed time: waiting is [`poll_until`] with 50 ms steps
 //! and a deadline.
@@ -24,6 +27,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub mod authenticator;
 pub mod pg;
+
+pub use approval_test_require::{require, require_var};
 
 /// The MCP revision the clients negotiate.
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -1282,9 +1287,20 @@ pub const FILESYSTEM_SERVER_VERSION: &str = "2026.8.31";
 /// and across processes by installing into a private folder that is renamed into place
 /// (a rename onto a folder another process already put there fails, and that one is
 /// used). Run it as `node <path> <allowed dir>`: no npx and no network at run time.
-/// Fails, naming the command, when npm is missing or the install fails: the tests are
-/// never skipped.
-pub fn filesystem_server() -> Result<PathBuf> {
+/// `Ok(None)` after the one `skipped:` line when node or npm is missing (a failure
+/// under `APPROVAL_TEST_REQUIRE_ALL`); fails, naming the command, when the install
+/// fails.
+pub fn filesystem_server() -> Result<Option<PathBuf>> {
+    if node().is_none() {
+        return Ok(None);
+    }
+    let Some(npm) = require(
+        "npm",
+        "to install the reference filesystem MCP server into target/npm-downstream",
+        NODE_INSTALL,
+    ) else {
+        return Ok(None);
+    };
     static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _in_process = ONCE.lock().unwrap_or_else(|p| p.into_inner());
     let target = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1307,7 +1323,7 @@ pub fn filesystem_server() -> Result<PathBuf> {
             && index_in(prefix).is_file()
     };
     if installed(&prefix) {
-        return Ok(index_in(&prefix));
+        return Ok(Some(index_in(&prefix)));
     }
     let private = target.join(format!("npm-downstream.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&private);
@@ -1318,7 +1334,7 @@ pub fn filesystem_server() -> Result<PathBuf> {
         "npm install --no-audit --no-fund --prefix {} {spec}",
         private.display()
     );
-    let out = Command::new("npm")
+    let out = Command::new(npm)
         .args(["install", "--no-audit", "--no-fund", "--prefix"])
         .arg(&private)
         .arg(&spec)
@@ -1347,5 +1363,19 @@ pub fn filesystem_server() -> Result<PathBuf> {
             prefix.display()
         );
     }
-    Ok(index_in(&prefix))
+    Ok(Some(index_in(&prefix)))
+}
+
+/// How to get node and npm (Debian's packages; any Node.js 18 or later will do).
+const NODE_INSTALL: &str = "apt-get install nodejs npm";
+
+/// `node` on the PATH, or `None` after the one `skipped:` line (a failure under
+/// `APPROVAL_TEST_REQUIRE_ALL`): the MCP executor's downstream servers in these
+/// tests are JavaScript, run by the gate as `node SCRIPT`.
+pub fn node() -> Option<PathBuf> {
+    require(
+        "node",
+        "to run the downstream MCP servers the gate calls (`node SCRIPT`)",
+        NODE_INSTALL,
+    )
 }

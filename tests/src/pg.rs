@@ -2,25 +2,22 @@
 //! named by `APPROVAL_TEST_DATABASE_URL`, dropped at the end, and instances of the
 //! real `approval-server serve --store postgres://…` on it.
 //!
-//! Without `APPROVAL_TEST_DATABASE_URL` the PostgreSQL tests print [`NOT_RUN`] and
-//! pass; with it set, a database that cannot be reached fails them loudly.
+//! Without `APPROVAL_TEST_DATABASE_URL` the PostgreSQL tests print one `skipped:`
+//! line and pass ([`crate::require_var`]), or fail under `APPROVAL_TEST_REQUIRE_ALL`;
+//! with it set, a database that cannot be reached fails them loudly.
 
 use crate::{approval_server, Server, ServerOptions, World};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
-/// The one line printed when the PostgreSQL tests are not run.
-pub const NOT_RUN: &str =
-    "PostgreSQL tests not run: set APPROVAL_TEST_DATABASE_URL=postgres://root@127.0.0.1:5432/test";
-
-/// Prints [`NOT_RUN`] once per test binary, past the test harness's capture
-/// (which would hide a `println!` of a passing test).
-pub fn say_not_run() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{NOT_RUN}");
-    });
+/// The database the PostgreSQL tests use, or `None` after the one `skipped:` line
+/// (a failure under `APPROVAL_TEST_REQUIRE_ALL`).
+pub fn database_url() -> Option<String> {
+    crate::require_var(
+        "APPROVAL_TEST_DATABASE_URL",
+        "to run the PostgreSQL store (a fresh schema per test, dropped at the end)",
+        "set APPROVAL_TEST_DATABASE_URL=postgres://root@127.0.0.1:5432/test, a database the tests may create schemas in",
+    )
 }
 
 /// A schema of its own on the test database, migrated; dropped on drop.
@@ -32,11 +29,11 @@ pub struct FreshDb {
 }
 
 impl FreshDb {
-    /// `Ok(None)` (after printing [`NOT_RUN`]) when no test database is configured.
-    /// Makes the schema and runs `approval-server migrate --store URL` on it.
+    /// `Ok(None)` (after the one `skipped:` line of [`database_url`]) when no test
+    /// database is configured. Makes the schema and runs `approval-server migrate
+    /// --store URL` on it.
     pub fn new() -> Result<Option<Self>> {
-        let Ok(base) = std::env::var("APPROVAL_TEST_DATABASE_URL") else {
-            say_not_run();
+        let Some(base) = database_url() else {
             return Ok(None);
         };
         let mut b = [0u8; 6];

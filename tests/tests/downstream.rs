@@ -154,6 +154,9 @@ async fn approved(
 #[tokio::test]
 async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
 ) -> anyhow::Result<()> {
+    let Some(_node) = approval_e2e::node() else {
+        return Ok(());
+    };
     // The same gate without the hostile downstream, for the baseline peak at start.
     let control = World::new(&["alice", "bob"])?;
     control.write_policy("note.write.toml", NOTE_POLICY)?;
@@ -263,6 +266,9 @@ async fn a_downstream_paging_tools_list_forever_cannot_exhaust_the_gates_memory(
 #[tokio::test]
 async fn a_downstream_answering_with_a_huge_line_cannot_exhaust_the_gates_memory(
 ) -> anyhow::Result<()> {
+    let Some(_node) = approval_e2e::node() else {
+        return Ok(());
+    };
     let w = World::new(&["alice", "bob"])?;
     let script = downstream(&w)?;
     let tag = w.path().join("objects");
@@ -357,6 +363,9 @@ async fn blip_leaves_both_and_the_approved_one_runs(
 #[tokio::test]
 async fn a_downstream_blip_at_start_voids_no_proposal_and_the_approved_one_runs_on_sled(
 ) -> anyhow::Result<()> {
+    let Some(_node) = approval_e2e::node() else {
+        return Ok(());
+    };
     let w = World::new(&["alice", "bob"])?;
     let script = downstream(&w)?;
     let flag = w.path().join("flaky");
@@ -385,6 +394,9 @@ async fn a_downstream_blip_at_start_voids_no_proposal_and_the_approved_one_runs_
 #[tokio::test]
 async fn a_downstream_blip_at_one_instances_start_voids_nothing_on_postgres() -> anyhow::Result<()>
 {
+    let Some(_node) = approval_e2e::node() else {
+        return Ok(());
+    };
     let Some(db) = FreshDb::new()? else {
         return Ok(());
     };
@@ -414,6 +426,9 @@ async fn a_downstream_blip_at_one_instances_start_voids_nothing_on_postgres() ->
 #[tokio::test]
 async fn kind_disabled_and_healthz_name_no_command_line_or_policy_path_but_the_log_does(
 ) -> anyhow::Result<()> {
+    let Some(_node) = approval_e2e::node() else {
+        return Ok(());
+    };
     let w = World::new(&["alice", "bob"])?;
     w.write_policy(
         "secret.call.toml",
@@ -481,6 +496,9 @@ async fn kind_disabled_and_healthz_name_no_command_line_or_policy_path_but_the_l
 #[tokio::test]
 async fn a_transport_error_puts_no_downstream_url_in_the_agents_result_but_the_log_does(
 ) -> anyhow::Result<()> {
+    let Some(_node) = approval_e2e::node() else {
+        return Ok(());
+    };
     let w = World::new(&["alice", "bob"])?;
     // Nothing listens on port 9 of loopback: the connection is refused.
     let url = "http://127.0.0.1:9/private-endpoint-5c1e/mcp";

@@ -322,7 +322,9 @@ async fn undeliverable_notification_is_given_up_after_a_bounded_time_and_counted
 #[tokio::test]
 async fn summary_with_crlf_cannot_inject_mail_headers_or_recipients() -> anyhow::Result<()> {
     let w = World::new(&["alice", "bob", "carol"])?;
-    let smtp = Smtp::start(w.dir.path())?;
+    let Some(smtp) = Smtp::start(w.dir.path())? else {
+        return Ok(());
+    };
     // The default channels file, for kinds whose policy has none.
     let defaults = w.dir.path().join("notify.toml");
     std::fs::write(

@@ -7,7 +7,7 @@
 //! `pg_dump`, `pg_restore` and `psql` (package postgresql-client): without them it
 //! prints one line and passes, unless `APPROVAL_TEST_REQUIRE_ALL` is set.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use approval_e2e::pg::FreshDb;
 use approval_e2e::{approval_server, McpClient, World};
 use serde_json::json;
@@ -25,23 +25,13 @@ execute_within = "30m"
 type = "note"
 "#;
 
+/// pg_dump, pg_restore and psql, each through the workspace's one rule for outside
+/// tools (one `skipped:` line, or a failure under APPROVAL_TEST_REQUIRE_ALL).
 fn tools_present() -> Result<bool> {
-    let missing: Vec<&str> = ["pg_dump", "pg_restore", "psql"]
+    let why = "dumps the gate's database and restores it into a new one";
+    Ok(["pg_dump", "pg_restore", "psql"]
         .into_iter()
-        .filter(|t| Command::new(t).arg("--version").output().is_err())
-        .collect();
-    if missing.is_empty() {
-        return Ok(true);
-    }
-    let line = format!(
-        "skipped: pg_backup ({} missing: install postgresql-client)",
-        missing.join(", ")
-    );
-    if std::env::var_os("APPROVAL_TEST_REQUIRE_ALL").is_some() {
-        bail!("{line}");
-    }
-    eprintln!("{line}");
-    Ok(false)
+        .all(|t| approval_e2e::require(t, why, "apt-get install postgresql-client").is_some()))
 }
 
 fn run(program: &str, args: &[&str]) -> Result<String> {

@@ -3,12 +3,12 @@
 //!
 //! Without `prometheus` on the PATH the test says so in one line and passes, unless
 //! `APPROVAL_TEST_REQUIRE_ALL` is set (as `.ci/run` does, after installing it): then
-//! a missing Prometheus is a failure. The test installs nothing.
+//! a missing Prometheus is a failure ([`approval_e2e::require`]). The test installs
+//! nothing.
 
 use approval_e2e::{McpClient, Server, ServerOptions, World};
 use serde_json::{json, Value};
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,15 +31,6 @@ type = "string"
 [executor]
 type = "note"
 "#;
-
-/// The `prometheus` binary on the PATH.
-fn prometheus_bin() -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| PathBuf::from(d).join("prometheus"))
-        .find(|p| p.is_file())
-}
 
 /// Kills the Prometheus it started when the test ends, however it ends.
 struct Killed(Child);
@@ -98,11 +89,11 @@ async fn until(prom: &str, q: &str, want: f64, log: &std::path::Path) -> anyhow:
 
 #[tokio::test]
 async fn a_real_prometheus_sees_the_round_trip() -> anyhow::Result<()> {
-    let Some(bin) = prometheus_bin() else {
-        if std::env::var_os("APPROVAL_TEST_REQUIRE_ALL").is_some() {
-            anyhow::bail!("prometheus is not installed and APPROVAL_TEST_REQUIRE_ALL is set: apt-get install prometheus");
-        }
-        println!("skipped: prometheus is not installed (apt-get install prometheus; APPROVAL_TEST_REQUIRE_ALL=1 makes this a failure)");
+    let Some(bin) = approval_e2e::require(
+        "prometheus",
+        "to scrape the gate's /metrics",
+        "apt-get install prometheus",
+    ) else {
         return Ok(());
     };
     let world = World::new(&["alice"])?;

@@ -1,6 +1,7 @@
 //! `signer-cli ui` against real processes: the real approval server, the real
 //! `signer-cli ui`, and a real headless Chromium driven over WebDriver by Debian's
-//! chromedriver (installed by this test, or by `.ci/run`, when missing).
+//! chromedriver (without them on the PATH, each test says so in one line and passes,
+//! or fails under `APPROVAL_TEST_REQUIRE_ALL`; `.ci/run` installs them).
 //!
 //! The browser is spoken to with the W3C WebDriver protocol directly (a few JSON
 //! POSTs over the reqwest the tests already use) rather than through a client crate;
@@ -217,7 +218,9 @@ async fn a_whole_approval_by_clicks_and_typing_with_a_live_arrival() -> Result<(
     let (world, server) = note_world().await?;
     let mcp = server.mcp().await?;
     let ui = Ui::start(&world, "alice", &server).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.goto(&ui.url).await?;
     let who = b
         .wait("the page to load", "const w = document.querySelector('#who').textContent; return w.startsWith('Signing as') ? w : null", json!([]))
@@ -342,7 +345,9 @@ async fn hostile_text_is_shown_exactly_as_signer_cli_show_prints_it() -> Result<
     let (world, server) = note_world().await?;
     let mcp = server.mcp().await?;
     let ui = Ui::start(&world, "alice", &server).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.goto(&ui.url).await?;
     b.wait(
         "the page to load",
@@ -777,7 +782,9 @@ async fn reject_and_revoke_from_the_page() -> Result<()> {
     let (world, server) = note_world().await?;
     let mcp = server.mcp().await?;
     let ui = Ui::start(&world, "alice", &server).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.goto(&ui.url).await?;
 
     let p = mcp
@@ -935,7 +942,9 @@ async fn a_proposal_that_fails_the_local_checks_shows_the_refusal_and_no_form() 
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
     let ui = Ui::start_at(&world, "alice", &proxy).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.goto(&ui.url).await?;
 
     let bad = mcp
@@ -1103,7 +1112,9 @@ async fn a_decision_made_elsewhere_updates_every_open_card_within_two_seconds() 
     let server = world.start()?;
     let mcp = server.mcp().await?;
     let ui = Ui::start(&world, "alice", &server).await?;
-    let b = Browser::start().await?;
+    let Some(b) = Browser::start().await? else {
+        return Ok(());
+    };
     b.goto(&ui.url).await?;
     b.wait(
         "the page's event stream",

@@ -155,7 +155,7 @@ impl Policy {
         if spec.approvers.is_empty() {
             return Err(err(
                 at("approvers"),
-                "approvers is empty: name at least one approver from the keyring".into(),
+                "approvers is empty: name at least one approver from the keyring, e.g. approvers = [\"alice\", \"bob\"] (each approver runs `signer-cli keygen --name NAME` and sends you the line for the keys file), and set quorum".into(),
             ));
         }
         let mut seen = BTreeSet::new();

@@ -82,6 +82,10 @@ pub fn excerpt(s: &str) -> String {
     format!("{}… ({} bytes in all)", &s[..end], s.len())
 }
 
+/// The folder under the data folder where a `note` policy without `dir` writes
+/// (named in `init`'s example policy too, from here).
+pub const NOTE_DIR: &str = "sandbox";
+
 /// Runs the policy's executor for one proposal.
 pub async fn run(
     cfg: &ExecutorConfig,
@@ -95,7 +99,7 @@ pub async fn run(
             let dir = dir
                 .as_ref()
                 .map(PathBuf::from)
-                .unwrap_or_else(|| ctx.data_dir.join("sandbox"));
+                .unwrap_or_else(|| ctx.data_dir.join(NOTE_DIR));
             note::note(&dir, id, payload).await
         }
         ExecutorConfig::Webhook {

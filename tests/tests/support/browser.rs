@@ -4,8 +4,10 @@
 //!
 //! Why not a WebDriver client crate: the tests need a dozen JSON POSTs, which the
 //! reqwest they already use speaks directly; a client crate would add a large
-//! dependency tree for that. Debian's chromium and chromium-driver are installed
-//! when missing ([`ensure_chromium`]), once at a time on the machine.
+//! dependency tree for that. Debian's chromium and chromium-driver must be on the
+//! PATH ([`Browser::start`] finds them with [`approval_e2e::require`]): without them
+//! a browser test says so in one line and passes, or fails under
+//! `APPROVAL_TEST_REQUIRE_ALL` (`.ci/run` installs both). No test installs them.
 //!
 //! What a test needs beyond this (the WebAuthn virtual authenticator, a page's own
 //! credentials) lives in its own file as another `impl Browser` block.
@@ -18,12 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-/// Where Debian puts the two programs the browser tests need.
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-/// The install this test runs when they are missing (and `.ci/run` runs first).
-const INSTALL: &str =
-    "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver";
+/// How to get the two programs the browser tests need.
+const INSTALL: &str = "apt-get install chromium chromium-driver";
 
 pub fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -31,47 +29,12 @@ pub fn target_dir() -> PathBuf {
         .join("target")
 }
 
-/// Installs chromium and chromium-driver when missing: once at a time on this
-/// machine (a lock file), failing loudly with the command when it cannot.
-pub fn ensure_chromium() -> Result<()> {
-    static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _in_process = ONCE.lock().unwrap_or_else(|p| p.into_inner());
-    let ready = || Path::new(CHROMIUM).is_file() && Path::new(CHROMEDRIVER).is_file();
-    if ready() {
-        return Ok(());
-    }
-    let lock = target_dir().join("ui-apt.lock");
-    let deadline = std::time::Instant::now() + Duration::from_secs(600);
-    loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&lock)
-        {
-            Ok(_) => break,
-            Err(_) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(500));
-                if ready() {
-                    return Ok(());
-                }
-            }
-            Err(e) => bail!("waited 10 minutes for {} ({e})", lock.display()),
-        }
-    }
-    let out = std::process::Command::new("sh")
-        .args(["-c", INSTALL])
-        .output();
-    let _ = std::fs::remove_file(&lock);
-    let out = out.with_context(|| format!("cannot run `{INSTALL}`"))?;
-    if !out.status.success() || !ready() {
-        bail!(
-            "the browser tests need Debian's chromium and chromium-driver; `{INSTALL}` failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+/// Chromium and chromedriver on the PATH, or `None` after the one `skipped:` line.
+fn programs() -> Option<(PathBuf, PathBuf)> {
+    let why = "to drive a headless browser over WebDriver";
+    let chromium = approval_e2e::require("chromium", why, INSTALL)?;
+    let driver = approval_e2e::require("chromedriver", why, INSTALL)?;
+    Some((chromium, driver))
 }
 
 /// The W3C key of an element reference.
@@ -100,26 +63,30 @@ pub struct Phone {
 }
 
 impl Browser {
-    /// A desktop-sized window (1280x1400).
-    pub async fn start() -> Result<Browser> {
+    /// A desktop-sized window (1280x1400); `None` when chromium or chromedriver
+    /// is missing (the test returns early: see [`programs`]).
+    pub async fn start() -> Result<Option<Browser>> {
         Self::start_with(None).await
     }
 
-    /// A browser emulating `phone` (or a desktop window with `None`).
-    pub async fn start_with(phone: Option<Phone>) -> Result<Browser> {
-        ensure_chromium()?;
+    /// A browser emulating `phone` (or a desktop window with `None`); `None` when
+    /// chromium or chromedriver is missing.
+    pub async fn start_with(phone: Option<Phone>) -> Result<Option<Browser>> {
+        let Some((chromium, chromedriver)) = programs() else {
+            return Ok(None);
+        };
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
             l.local_addr()?.port()
         };
-        let driver = tokio::process::Command::new(CHROMEDRIVER)
+        let driver = tokio::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start {CHROMEDRIVER}"))?;
+            .with_context(|| format!("cannot start {}", chromedriver.display()))?;
         let http = reqwest::Client::new();
         let status = format!("http://127.0.0.1:{port}/status");
         poll_until("chromedriver to answer", STEP_TIMEOUT, || async {
@@ -139,7 +106,7 @@ impl Browser {
             None => "--window-size=1280,1400".to_owned(),
         };
         let mut chrome = json!({
-            "binary": CHROMIUM,
+            "binary": chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      window, "--no-first-run",
                      format!("--user-data-dir={}", profile.path().display())],
@@ -166,13 +133,13 @@ impl Browser {
             .as_str()
             .with_context(|| format!("no WebDriver session: {r}"))?
             .to_owned();
-        Ok(Browser {
+        Ok(Some(Browser {
             driver,
             port,
             session,
             http,
             profile,
-        })
+        }))
     }
 
     pub async fn cmd(

@@ -147,8 +147,17 @@ pub fn of(bodies: &[Value], id: &str, event: &str) -> Vec<Value> {
 // Mail through a real SMTP server
 // ---------------------------------------------------------------------------
 
-/// `target/notify-venv` with aiosmtpd, made once (reinstalled when the requirements change).
-pub fn smtp_python() -> anyhow::Result<PathBuf> {
+/// `target/notify-venv` with aiosmtpd, made once (reinstalled when the requirements
+/// change); `Ok(None)` after the one `skipped:` line when python3 is missing (a
+/// failure under `APPROVAL_TEST_REQUIRE_ALL`). Installs into `target/` only.
+pub fn smtp_python() -> anyhow::Result<Option<PathBuf>> {
+    let Some(python3) = approval_e2e::require(
+        "python3",
+        "to run a real SMTP server (aiosmtpd, installed into target/notify-venv)",
+        "apt-get install python3 python3-venv",
+    ) else {
+        return Ok(None);
+    };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("notify");
     let req = root.join("requirements.txt");
     let target = bin_dir()
@@ -160,7 +169,7 @@ pub fn smtp_python() -> anyhow::Result<PathBuf> {
     let stamp = venv.join(".requirements.installed");
     let want = std::fs::read(&req)?;
     if py.is_file() && std::fs::read(&stamp).ok().as_deref() == Some(&want[..]) {
-        return Ok(py);
+        return Ok(Some(py));
     }
     let run = |cmd: &mut std::process::Command, what: &str| -> anyhow::Result<()> {
         let out = cmd.output().map_err(|e| {
@@ -176,7 +185,7 @@ pub fn smtp_python() -> anyhow::Result<PathBuf> {
     };
     let _ = std::fs::remove_dir_all(&venv);
     run(
-        std::process::Command::new("python3")
+        std::process::Command::new(python3)
             .args(["-m", "venv"])
             .arg(&venv),
         "python3 -m venv (the SMTP test needs python3 and python3-venv)",
@@ -196,7 +205,7 @@ pub fn smtp_python() -> anyhow::Result<PathBuf> {
         "pip install aiosmtpd",
     )?;
     std::fs::write(&stamp, want)?;
-    Ok(py)
+    Ok(Some(py))
 }
 
 /// A running aiosmtpd; killed on drop.
@@ -214,9 +223,12 @@ impl Drop for Smtp {
 }
 
 impl Smtp {
-    pub fn start(dir: &Path) -> anyhow::Result<Self> {
+    /// `Ok(None)` when python3 is missing (see [`smtp_python`]).
+    pub fn start(dir: &Path) -> anyhow::Result<Option<Self>> {
         use std::io::BufRead;
-        let py = smtp_python()?;
+        let Some(py) = smtp_python()? else {
+            return Ok(None);
+        };
         let out = dir.join("mail.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("notify/smtp_sink.py");
         let mut child = std::process::Command::new(py)
@@ -236,7 +248,7 @@ impl Smtp {
             .strip_prefix("PORT ")
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| anyhow::anyhow!("the SMTP server printed {line:?}, not its port"))?;
-        Ok(Self { child, port, out })
+        Ok(Some(Self { child, port, out }))
     }
 
     pub fn mails(&self) -> Vec<Value> {

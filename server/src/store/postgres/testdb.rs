@@ -2,18 +2,14 @@
 //! `APPROVAL_TEST_DATABASE_URL`, dropped at the end.
 use super::*;
 
-/// The line printed when the PostgreSQL tests are skipped.
-pub const NOT_RUN: &str =
-    "PostgreSQL tests not run: set APPROVAL_TEST_DATABASE_URL=postgres://root@127.0.0.1:5432/test";
-
-/// Prints [`NOT_RUN`] once per test binary, past the test harness's capture
-/// (which would hide a `println!` of a passing test).
-pub fn say_not_run() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{NOT_RUN}");
-    });
+/// The test database, or `None` after one `skipped:` line; a failure under
+/// `APPROVAL_TEST_REQUIRE_ALL` (`.ci/run`), where PostgreSQL is always there.
+pub fn database_url() -> Option<String> {
+    approval_test_require::require_var(
+        "APPROVAL_TEST_DATABASE_URL",
+        "to run the PostgreSQL store (a fresh schema per test, dropped at the end)",
+        "set APPROVAL_TEST_DATABASE_URL=postgres://root@127.0.0.1:5432/test, a database the tests may create schemas in",
+    )
 }
 
 /// A schema of its own on the test database; dropped on drop.
@@ -24,13 +20,10 @@ pub struct Fresh {
 }
 
 impl Fresh {
-    /// `None` (after printing [`NOT_RUN`]) when no test database is configured;
-    /// panics when one is configured but cannot be reached.
+    /// `None` (after the one `skipped:` line of [`database_url`]) when no test
+    /// database is configured; panics when one is configured but cannot be reached.
     pub fn new() -> Option<Self> {
-        let Ok(base) = std::env::var("APPROVAL_TEST_DATABASE_URL") else {
-            say_not_run();
-            return None;
-        };
+        let base = database_url()?;
         let mut b = [0u8; 6];
         getrandom::fill(&mut b).unwrap();
         let schema = format!("t_{}", hex::encode(b));
