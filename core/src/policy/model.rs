@@ -3,6 +3,7 @@
 //! `toml_lines`, `executor`, `spec` and `payload`.
 
 use super::executor::check_executor;
+#[cfg(feature = "payload-schema")]
 use super::payload::{self, PayloadRefusal};
 use super::spec::{PolicySpec, MAX_MAX_PAYLOAD_BYTES};
 use super::toml_lines::{byte_to_line, line_in_table, line_of_key, line_of_require, line_of_table};
@@ -12,15 +13,22 @@ use crate::keyring::Keyring;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fmt;
+#[cfg(feature = "payload-schema")]
 use std::sync::Arc;
 use thiserror::Error;
 
 /// A loaded, validated policy.
+///
+/// Without the `payload-schema` feature (signer-cli's build) `payload_schema` is
+/// carried and hashed like every other field but not compiled, and there is no
+/// [`Policy::check_payload`]: such a build reads policies to show, hash and count,
+/// and can never admit a payload it did not check.
 #[derive(Clone)]
 pub struct Policy {
     spec: PolicySpec,
     canonical: Value,
     sha256: Sha256Hex,
+    #[cfg(feature = "payload-schema")]
     schema: Option<Arc<jsonschema::Validator>>,
 }
 
@@ -262,6 +270,7 @@ impl Policy {
                 )
             })?;
         }
+        #[cfg(feature = "payload-schema")]
         let schema = match &spec.payload_schema {
             None => None,
             Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {
@@ -287,6 +296,7 @@ impl Policy {
             spec,
             canonical,
             sha256,
+            #[cfg(feature = "payload-schema")]
             schema,
         })
     }
@@ -390,6 +400,7 @@ impl Policy {
     }
 
     /// Checks a payload: exact JSON, size of its canonical form, schema.
+    #[cfg(feature = "payload-schema")]
     pub fn check_payload(&self, payload: &Value) -> Result<(), PayloadRefusal> {
         payload::check(payload, &self.spec, self.schema.as_deref())
     }

@@ -1,10 +1,15 @@
 //! The checks a policy applies to an agent's payload: exact JSON, nesting, size,
 //! the object an MCP tool takes, and the payload schema. Imports `spec`.
+//!
+//! The checks themselves exist only with the `payload-schema` feature (the one that
+//! builds jsonschema): whoever admits payloads (the server) has it; signer-cli, which
+//! reads policies but never admits a payload, builds without it. The refusal type is
+//! always here, since the wire answers name it.
 
-use super::spec::PolicySpec;
-use crate::json::{self, PayloadError};
-use serde_json::Value;
+use crate::json::PayloadError;
 use thiserror::Error;
+#[cfg(feature = "payload-schema")]
+use {super::spec::PolicySpec, crate::json, serde_json::Value};
 
 /// The deepest nesting of arrays and objects a payload may have (the payload itself
 /// counts as one). Responses wrap the payload in a few more levels, and common JSON
@@ -13,8 +18,10 @@ use thiserror::Error;
 pub const MAX_PAYLOAD_NESTING: usize = 64;
 
 /// The children of an array or object, with their pointer tokens.
+#[cfg(feature = "payload-schema")]
 type Children<'a> = Box<dyn Iterator<Item = (String, &'a Value)> + 'a>;
 
+#[cfg(feature = "payload-schema")]
 fn children(v: &Value) -> Option<Children<'_>> {
     match v {
         Value::Array(a) => Some(Box::new(
@@ -31,6 +38,7 @@ fn children(v: &Value) -> Option<Children<'_>> {
 /// is bounded by the nesting (one iterator and one pointer per open level), never by
 /// the number of values: a wide array of a million members costs no more than a
 /// short one.
+#[cfg(feature = "payload-schema")]
 fn too_deep(v: &Value, limit: usize) -> Option<String> {
     let root = children(v)?;
     if limit == 0 {
@@ -118,6 +126,7 @@ impl PayloadRefusal {
 
 /// Checks a payload against a policy's data and its compiled schema: exact JSON,
 /// nesting, size of its canonical form, schema.
+#[cfg(feature = "payload-schema")]
 pub(super) fn check(
     payload: &Value,
     spec: &PolicySpec,
