@@ -36,6 +36,21 @@ pub const PROTOCOL_VERSION: &str = "2025-06-18";
 /// How long any single request or command may take before the test fails.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A `note.write` policy: 2 of alice, bob and carol, one rejection vetoes. Shared by
+/// the backup suites (embedded and PostgreSQL), which fill a store with proposals in
+/// every state and check that a copy keeps them.
+pub const NOTE_POLICY_TWO_OF_THREE: &str = r#"
+kind = "note.write"
+description = "Write a note"
+quorum = 2
+approvers = ["alice", "bob", "carol"]
+vetoes = 1
+ttl = "30m"
+execute_within = "30m"
+[executor]
+type = "note"
+"#;
+
 /// A `note.write` policy that needs both alice and bob (payload `{"text": ...}`),
 /// shared by the stdio suites (bridge and embedded) so they gate the same rules.
 pub const NOTE_POLICY_ALICE_AND_BOB: &str = r#"

@@ -13,27 +13,16 @@
 //! The admin socket's attacks are in `backup_socket.rs`.
 
 use anyhow::{ensure, Context, Result};
-use approval_e2e::{approval_server, CliOutput, McpClient, Server, World};
+use approval_e2e::{
+    approval_server, CliOutput, McpClient, Server, World, NOTE_POLICY_TWO_OF_THREE,
+};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// 2 of alice, bob and carol; one rejection vetoes.
-pub const POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob", "carol"]
-vetoes = 1
-ttl = "30m"
-execute_within = "30m"
-[executor]
-type = "note"
-"#;
-
 fn world() -> Result<World> {
     let w = World::new(&["alice", "bob", "carol"])?;
-    w.write_policy("note.write.toml", POLICY)?;
+    w.write_policy("note.write.toml", NOTE_POLICY_TWO_OF_THREE)?;
     Ok(w)
 }
 

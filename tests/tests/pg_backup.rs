@@ -9,21 +9,9 @@
 
 use anyhow::{ensure, Context, Result};
 use approval_e2e::pg::FreshDb;
-use approval_e2e::{approval_server, McpClient, World};
+use approval_e2e::{approval_server, McpClient, World, NOTE_POLICY_TWO_OF_THREE};
 use serde_json::json;
 use std::process::Command;
-
-const POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 2
-approvers = ["alice", "bob", "carol"]
-vetoes = 1
-ttl = "30m"
-execute_within = "30m"
-[executor]
-type = "note"
-"#;
 
 /// pg_dump, pg_restore and psql, each through the workspace's one rule for outside
 /// tools (one `skipped:` line, or a failure under APPROVAL_TEST_REQUIRE_ALL).
@@ -94,7 +82,7 @@ async fn pg_dump_of_a_running_gate_restores_into_a_fresh_database_whose_chain_ve
         .context("the test URL names no schema")?
         .to_owned();
     let w = World::new(&["alice", "bob", "carol"])?;
-    w.write_policy("note.write.toml", POLICY)?;
+    w.write_policy("note.write.toml", NOTE_POLICY_TWO_OF_THREE)?;
     let server = db.start(&w, "a", &[])?;
     let mcp = server.mcp().await?;
     let mut made = Vec::new();
