@@ -2,7 +2,8 @@
 //! record's compare-and-swap applies (the execute claim and every other change),
 //! when a claim's lease is renewed, when a leadership lease is granted, renewed or
 //! still current (the fence of a leader's write), and when a group commit's flush
-//! covers a write.
+//! covers a write, and how a batched write transaction decides its members in
+//! order ([`Batch`]).
 //!
 //! Why they live here and not inside each store: two copies of a rule drift apart,
 //! and a model that restates the rule in its own words checks its own story, not
@@ -106,6 +107,88 @@ pub fn flush_covers(completed: u64, ticket: u64) -> bool {
     completed >= ticket
 }
 
+/// What one member of a batched write transaction asks for (PostgreSQL's group
+/// commit: several requests' writes in one transaction under one audit head lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchWrite {
+    /// A new record stored at `revision`: applies only where no record of that id
+    /// exists.
+    Create {
+        /// The revision the new record carries.
+        revision: u64,
+    },
+    /// A compare-and-swap to `new_revision` ([`cas_applies`], [`Guard::Revision`]).
+    Update {
+        /// The revision the writer computed (stored + 1 of what it read).
+        new_revision: u64,
+    },
+}
+
+/// How the batch decided one member. Only [`BatchDecision::Applied`] members are
+/// written; every member is answered only after the batch's one commit returns, and
+/// if that commit fails (or its answer is lost) no member is answered as applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchDecision {
+    /// Written: later members see its revision.
+    Applied,
+    /// A create over an existing record (one stored, or created earlier in the batch).
+    Exists,
+    /// An update of a record that does not exist.
+    Missing,
+    /// An update whose compare-and-swap fails against the running revision.
+    Conflict,
+}
+
+/// A batch's running view of the rows its members touch: what the locked read found
+/// ([`Batch::found`]), moved on by each applied member in order, so that two
+/// members of one batch decide exactly as two transactions one after the other
+/// would (of two claims of one record from the same read, the first applies, the
+/// second conflicts).
+#[derive(Debug, Clone)]
+pub struct Batch<K> {
+    rows: std::collections::HashMap<K, Option<u64>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Default for Batch<K> {
+    fn default() -> Self {
+        Self {
+            rows: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Batch<K> {
+    /// Records what the locked read found for `id`: its stored revision, or `None`.
+    pub fn found(&mut self, id: K, revision: Option<u64>) {
+        self.rows.insert(id, revision);
+    }
+
+    /// The running revision of `id` (`None`: no such record yet).
+    pub fn revision(&self, id: &K) -> Option<u64> {
+        self.rows.get(id).copied().flatten()
+    }
+
+    /// Decides the next member, in the batch's order, and moves the running view on
+    /// if it applies. A row the read did not report counts as absent.
+    pub fn decide(&mut self, id: &K, write: BatchWrite) -> BatchDecision {
+        let now = self.revision(id);
+        let (decision, after) = match (write, now) {
+            (BatchWrite::Create { .. }, Some(_)) => (BatchDecision::Exists, now),
+            (BatchWrite::Create { revision }, None) => (BatchDecision::Applied, Some(revision)),
+            (BatchWrite::Update { .. }, None) => (BatchDecision::Missing, None),
+            (BatchWrite::Update { new_revision }, Some(stored)) => {
+                if cas_applies(stored, new_revision, Guard::Revision) {
+                    (BatchDecision::Applied, Some(new_revision))
+                } else {
+                    (BatchDecision::Conflict, now)
+                }
+            }
+        };
+        self.rows.insert(id.clone(), after);
+        decision
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +244,28 @@ mod tests {
         assert!(!renews_term(None, &1, 1));
         assert!(flush_covers(3, 3) && !flush_covers(2, 3));
         assert!(lease_renews(true) && !lease_renews(false));
+    }
+
+    #[test]
+    fn a_batch_decides_its_members_as_transactions_in_order() {
+        let mut b = Batch::default();
+        b.found("a", Some(3));
+        b.found("new", None);
+        // Two claims of "a" computed from the same read of revision 3.
+        let claim = BatchWrite::Update { new_revision: 4 };
+        assert_eq!(b.decide(&"a", claim), BatchDecision::Applied);
+        assert_eq!(b.decide(&"a", claim), BatchDecision::Conflict);
+        assert_eq!(b.revision(&"a"), Some(4));
+        // A later member computed from the first one's result applies.
+        let next = BatchWrite::Update { new_revision: 5 };
+        assert_eq!(b.decide(&"a", next), BatchDecision::Applied);
+        // Create, then a second create of the same id, then an update of it.
+        let create = BatchWrite::Create { revision: 0 };
+        assert_eq!(b.decide(&"new", create), BatchDecision::Applied);
+        assert_eq!(b.decide(&"new", create), BatchDecision::Exists);
+        let first = BatchWrite::Update { new_revision: 1 };
+        assert_eq!(b.decide(&"new", first), BatchDecision::Applied);
+        // Unknown ids are absent.
+        assert_eq!(b.decide(&"gone", first), BatchDecision::Missing);
     }
 }
