@@ -168,11 +168,23 @@ impl<K: std::hash::Hash + Eq + Clone> Batch<K> {
         self.rows.get(id).copied().flatten()
     }
 
+    /// How the next member would be decided, without moving the view (a member the
+    /// store then refuses for another reason, such as a pending limit, is not applied).
+    pub fn check(&self, id: &K, write: BatchWrite) -> BatchDecision {
+        self.outcome(id, write).0
+    }
+
     /// Decides the next member, in the batch's order, and moves the running view on
     /// if it applies. A row the read did not report counts as absent.
     pub fn decide(&mut self, id: &K, write: BatchWrite) -> BatchDecision {
+        let (decision, after) = self.outcome(id, write);
+        self.rows.insert(id.clone(), after);
+        decision
+    }
+
+    fn outcome(&self, id: &K, write: BatchWrite) -> (BatchDecision, Option<u64>) {
         let now = self.revision(id);
-        let (decision, after) = match (write, now) {
+        match (write, now) {
             (BatchWrite::Create { .. }, Some(_)) => (BatchDecision::Exists, now),
             (BatchWrite::Create { revision }, None) => (BatchDecision::Applied, Some(revision)),
             (BatchWrite::Update { .. }, None) => (BatchDecision::Missing, None),
@@ -183,9 +195,7 @@ impl<K: std::hash::Hash + Eq + Clone> Batch<K> {
                     (BatchDecision::Conflict, now)
                 }
             }
-        };
-        self.rows.insert(id.clone(), after);
-        decision
+        }
     }
 }
 
