@@ -1,7 +1,8 @@
-//! `approval-model`: the execute claim, its lease, the lease sweep, sweep leadership
-//! and sled's group commit, as a model that `stateright` checks exhaustively within
-//! a bound (issue #37): no interleaving of claims, commits, crashes, frozen
-//! instances and lease expiries runs the effect twice or loses an acknowledged write.
+//! `approval-model`: the execute claim, its lease, the lease sweep, sweep leadership,
+//! sled's group commit and PostgreSQL's batched commit, as a model that `stateright`
+//! checks exhaustively within a bound (issue #37): no interleaving of claims,
+//! batches, flushes, crashes, frozen instances and lease expiries runs the effect
+//! twice or loses an acknowledged write.
 //!
 //! Why a model and not only tests: the crash harness and the concurrency tests run
 //! a few thousand interleavings chosen by the scheduler; the checker visits every
@@ -14,14 +15,30 @@
 //! (`claim`, `finish`, `crash_recovered`) and `Action::rule` (every other row, so a
 //! new edge in the table is explored), and the stores' decisions in
 //! `approval_core::claim` (`cas_applies`, used by sled's `update` and PostgreSQL's
-//! `write_record`; `lease_renews`; `take_or_renew` and `term_current`, which the
-//! leadership SQL in `server/src/store/postgres/lease.rs` is tested against;
-//! `flush_covers`, used by `GroupCommit::flush`). What the model adds is only the
-//! world: scheduling, crashes, freezes, and lease expiry at any moment.
+//! `write_record`; `Batch::found` and `Batch::decide`, with which PostgreSQL's
+//! batcher decides its members in order; `lease_renews`; `take_or_renew` and
+//! `term_current`, which the leadership SQL in `server/src/store/postgres/lease.rs`
+//! is tested against; `flush_covers`, used by `GroupCommit::flush`). What the model
+//! adds is only the world: scheduling, crashes, freezes, and lease expiry at any
+//! moment.
+//!
+//! PostgreSQL's writes are batched, as the store now does them: a claim or a finish
+//! joins its instance's queue and waits; the instance's batcher ([`Step::BatchCommit`])
+//! takes the whole queue into one transaction, decides every member in queue order
+//! over the locked row with `claim::Batch` (of two claims of the record in one
+//! batch, the first applies and the second conflicts), writes the applied ones,
+//! commits once, and only then answers every member: `Applied` lets the claim's
+//! effect start (or answers the finish), `Conflict` sends the writer back to what is
+//! stored. A crash before the commit loses the queue: nothing of it written, nothing
+//! answered. Batches of two instances serialise (each commit is one atomic step);
+//! the lease sweep's fenced write and the lease renewals stay single transactions.
+//! Two execute tasks on one instance ([`ExactlyOnce::ci_batches`]) put two claims,
+//! or a claim and a finish, in one batch.
 //!
 //! One record is enough: the claim, its lease and its outcome concern one record,
-//! and records share nothing but the audit head's lock (PostgreSQL) or the group
-//! commit (sled), whose tickets the model keeps.
+//! and records share nothing but the audit head's lock and the batch (PostgreSQL:
+//! each member is decided on its own row, and the batch commits or dies whole,
+//! which the model keeps) or the group commit (sled), whose tickets it keeps.
 //!
 //! Where the model is more hostile than the world, so that what holds here holds
 //! there: a claim's lease may expire at any moment, even while its instance renews;
@@ -33,12 +50,20 @@
 //!
 //! What it leaves out: more than one record; PostgreSQL's own guarantees (a
 //! transaction is atomic and a committed one durable, `FOR UPDATE` serialises the
-//! writers: modelled as one atomic step each); a commit whose answer was lost
-//! (the same as a crash right after it); the notification outbox and its delivery
-//! (at least once by design, with a delivery id); the configuration apply
-//! (`ExecutorConfig::Gate`: its own version compare-and-swap, under the same claim);
-//! the executor's own retries (it runs once, or its outcome is unknown). The bound
-//! is in [`ExactlyOnce::ci`].
+//! writers: modelled as one atomic step each, a batch's included); a commit whose
+//! answer was lost (the same as a crash right after it), and a failed commit (the
+//! store fails stop, `server/src/store/failstop.rs`: its members get an error, the
+//! instance exits, the same as a crash); creates (`BatchWrite::Create`: the record
+//! exists, APPROVED, before any claim); the batcher's cap (the model's batches hold
+//! at most one write per execute task of the instance, two in the bound; a cap of
+//! one would make them two batches in a row, which the model explores anyway);
+//! renewals while a finish waits in the queue (fewer renewals only let the lease
+//! expire sooner, which the model allows at any moment); the notification outbox
+//! and its delivery (at least once by design, with a delivery id); the
+//! configuration apply (`ExecutorConfig::Gate`: its own version compare-and-swap,
+//! under the same claim); the executor's own retries (it runs once, or its outcome
+//! is unknown). The bounds
+//! are in [`ExactlyOnce::ci`] and [`ExactlyOnce::ci_batches`].
 //!
 //! May import: core and stateright. Nothing of the server (no I/O in the model).
 
@@ -66,6 +91,9 @@ pub const RAN_THEN_UNKNOWN: &str = "a run can end OUTCOME_UNKNOWN";
 /// Reachability (PostgreSQL): a frozen instance is still running the effect when
 /// another instance's sweep has ended its claim.
 pub const SWEPT_WHILE_RUNNING: &str = "a frozen executor's claim can be swept";
+/// Reachability (PostgreSQL): two claims of the record wait in one instance's batch
+/// queue, so one batch decides both (the second against the first's result).
+pub const CLAIMS_IN_ONE_BATCH: &str = "two claims can share a batch";
 
 /// The store the model follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,8 +101,10 @@ pub enum Backend {
     /// One process on sled: concurrent execute tasks, the group commit, crash and
     /// restart with `Service::recover`.
     Sled,
-    /// Several instances on one PostgreSQL database: commits are durable, claims
-    /// carry leases, one instance leads the lease sweep.
+    /// Several instances on one PostgreSQL database: each instance's writes (claims,
+    /// finishes) go through its batcher, one transaction and one commit per batch;
+    /// claims carry leases, one instance leads the lease sweep, whose fenced write
+    /// and the lease renewals are single transactions of their own.
     Postgres,
 }
 
@@ -97,6 +127,13 @@ pub struct Bugs {
     /// The state table gains an edge OUTCOME_UNKNOWN → EXECUTING (execute allowed
     /// again after a crash): the edit a drift between table and model would be.
     pub execute_after_outcome_unknown: bool,
+    /// PostgreSQL: the batcher decides every member against the row as its locked
+    /// read found it, not against the running view `claim::Batch` keeps (blind to
+    /// the members before it in the batch).
+    pub batch_reads_once: bool,
+    /// PostgreSQL: the batcher answers its members (the claim lets the effect start,
+    /// the finish answers) as decided, before the batch's commit returns.
+    pub answer_before_commit: bool,
 }
 
 /// The model and its bound.
@@ -104,9 +141,12 @@ pub struct Bugs {
 pub struct ExactlyOnce {
     /// Which store.
     pub backend: Backend,
-    /// Instances (PostgreSQL) or concurrent execute tasks (sled), each with an agent
-    /// calling `approval_execute` (and calling again after each answer).
+    /// Instances (PostgreSQL); sled has one process.
     pub procs: u8,
+    /// Concurrent execute tasks, each with an agent calling `approval_execute` (and
+    /// calling again after each answer); task `t` runs on instance `t % procs`, so
+    /// with more tasks than instances two claims can meet in one instance's batch.
+    pub tasks: u8,
     /// Most crashes in one run.
     pub crashes: u8,
     /// Highest sweep leadership term explored (each takeover is a new one).
@@ -116,12 +156,16 @@ pub struct ExactlyOnce {
 }
 
 impl ExactlyOnce {
-    /// The bound used in CI for `backend`, without bugs.
+    /// The bound used in CI for `backend`, without bugs. On PostgreSQL this is the
+    /// leases and leadership bound: one execute task per instance, two crashes,
+    /// three leadership terms (so a stale leader and a takeover are explored); the
+    /// batches' own bound is [`ExactlyOnce::ci_batches`].
     pub fn ci(backend: Backend) -> Self {
         match backend {
             Backend::Sled => Self {
                 backend,
-                procs: 4,
+                procs: 1,
+                tasks: 4,
                 crashes: 4,
                 max_epoch: 0,
                 bugs: Bugs::default(),
@@ -129,6 +173,7 @@ impl ExactlyOnce {
             Backend::Postgres => Self {
                 backend,
                 procs: 2,
+                tasks: 2,
                 crashes: 2,
                 max_epoch: 3,
                 bugs: Bugs::default(),
@@ -136,15 +181,29 @@ impl ExactlyOnce {
         }
     }
 
-    /// A wider bound, checked by hand (`tests/exactly_once.rs`, ignored in CI): on
-    /// PostgreSQL one more crash and one more leadership term (about 40 s).
-    pub fn wide(backend: Backend) -> Self {
-        let mut m = Self::ci(backend);
-        if backend == Backend::Postgres {
-            m.crashes = 3;
-            m.max_epoch = 4;
+    /// The PostgreSQL bound used in CI for the batches: two execute tasks on
+    /// instance 0 (their claims, or a claim and a finish, can meet in one batch) and
+    /// one on instance 1, two crashes, one leadership term (a sweep, no takeover:
+    /// takeovers are [`ExactlyOnce::ci`]'s).
+    pub fn ci_batches() -> Self {
+        Self {
+            tasks: 3,
+            max_epoch: 1,
+            ..Self::ci(Backend::Postgres)
         }
-        m
+    }
+
+    /// A wider bound, checked by hand (`tests/exactly_once.rs`, ignored in CI): on
+    /// PostgreSQL both at once, three execute tasks (two on instance 0) with two
+    /// crashes and three leadership terms (about 45 s); on sled the CI bound.
+    pub fn wide(backend: Backend) -> Self {
+        match backend {
+            Backend::Sled => Self::ci(backend),
+            Backend::Postgres => Self {
+                max_epoch: 3,
+                ..Self::ci_batches()
+            },
+        }
     }
 
     /// The same bound with `bugs` seeded.

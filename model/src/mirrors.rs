@@ -4,6 +4,12 @@
 //! shared rule, a flush that moves after the answer, a sweep that stops going
 //! through the fenced write. `tests/drift.rs` fails when a line below is no longer
 //! in its file; whoever changes that code then updates the step and this table.
+//!
+//! `BatchCommit` (PostgreSQL's group commit) names, for now, only the shared rule
+//! it decides with (`claim::Batch::decide`) and the model's own call of it: the
+//! batcher in `server/src/store/postgres/` is not on this branch yet. When it lands,
+//! its lines (the `Batch::found` seeding under the audit head lock, the in-order
+//! `decide`, the answers sent after the commit) belong here.
 
 /// One step and the code it stands for.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +77,16 @@ pub const MIRRORS: &[Mirror] = &[
         "FlushDone",
         "server/src/store/group_commit.rs",
         "self.completed.send_modify(|c| *c = (*c).max(target));",
+    ),
+    m(
+        "BatchCommit",
+        "core/src/claim.rs",
+        "pub fn decide(&mut self, id: &K, write: BatchWrite) -> BatchDecision {",
+    ),
+    m(
+        "BatchCommit",
+        "model/src/model.rs",
+        "batch.decide(&RECORD, write)",
     ),
     m(
         "Start",

@@ -1,28 +1,34 @@
 //! The transitions. Each step names the real code it mirrors, and decides with the
 //! real rules: `approval_core::status::Lifecycle` (claim, finish, crash recovery,
 //! over the state table `Action::rule`) and `approval_core::claim` (the
-//! compare-and-swap, the lease renewal, the leadership terms, the group commit's
-//! tickets). The model adds only what the code leaves to the world: which process
-//! runs next, when a lease expires, when a process freezes, thaws or dies.
+//! compare-and-swap, a batch's in-order decisions, the lease renewal, the
+//! leadership terms, the group commit's tickets). The model adds only what the code
+//! leaves to the world: which process runs next, which writes share a batch, when a
+//! lease expires, when a process freezes, thaws or dies.
 
-use crate::state::{Exec, Holder, Proc, Rec, State, Sweep, Then};
+use crate::state::{Exec, Holder, Member, Proc, Rec, State, Sweep, Then};
 use crate::{Backend, ExactlyOnce};
 use approval_core::action::Action;
 use approval_core::claim::{
-    cas_applies, flush_covers, lease_renews, take_or_renew, term_current, Guard, LeaderRow,
+    cas_applies, flush_covers, lease_renews, take_or_renew, term_current, Batch, BatchDecision,
+    BatchWrite, Guard, LeaderRow,
 };
 use approval_core::status::{Lifecycle, Outcome, Status};
 use approval_core::Timestamp;
 use stateright::{Model, Property};
 
-/// One step of the system. `usize` is the instance (PostgreSQL) or task (sled).
+/// One step of the system. `usize` is the execute task for the steps of an execute
+/// call (`Read` to `Retry`), and the instance (PostgreSQL) or process (sled, always
+/// 0) for the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
     /// `Service::execute`: `get_for_agent` reads the record.
     Read(usize),
     /// `Service::execute`'s claim: `Lifecycle::claim`, then `Store::update`
-    /// (`transition_from`; sled `update`, PostgreSQL `write_record`, both deciding
-    /// with `claim::cas_applies`). A conflict retries from what is stored.
+    /// (`transition_from`). sled's `update` writes at once, deciding with
+    /// `claim::cas_applies`; a conflict retries from what is stored. PostgreSQL
+    /// queues the write for the instance's batcher and waits for its answer
+    /// ([`Step::BatchCommit`]).
     Claim(usize),
     /// sled: `GroupCommit::flush` returns to the writer (`claim::flush_covers`).
     Acknowledged(usize),
@@ -33,6 +39,7 @@ pub enum Step {
     Renew(usize),
     /// `run_claimed`'s second compare-and-swap: `Lifecycle::finish` from the claimed
     /// record; a conflict retries from what is stored, whose lifecycle may refuse.
+    /// PostgreSQL: queued for the batcher, as the claim.
     Finish(usize),
     /// The agent calls `approval_execute` again after its answer.
     Retry(usize),
@@ -41,6 +48,18 @@ pub enum Step {
     FlushStart,
     /// sled: the flush is on disk; `completed` moves to its target.
     FlushDone,
+    /// PostgreSQL: the instance's batcher takes its whole queue into one transaction:
+    /// the audit head and the record locked, `claim::Batch::found` seeded with the
+    /// stored revision, every member decided in queue order with `Batch::decide`
+    /// (of two claims from one read, the first applies, the second conflicts), the
+    /// applied ones written, one commit; only then is every member answered
+    /// (`Applied`: the claim's effect may start, the finish answers; `Conflict`: the
+    /// writer retries from what is stored). Atomic, as the commit is: a crash before
+    /// it drops the queue with nothing written and nothing answered.
+    BatchCommit(usize),
+    /// PostgreSQL, only under the seeded bug `answer_before_commit`: the batch's
+    /// commit, after its members were answered.
+    Committed(usize),
     /// Someone else's change through the state table (`Action::rule`): an approver's
     /// revoke, veto or resolve, the expiry sweep, a voiding, ... to the `usize`-th
     /// status the rule leads to. The model takes every row but the claim and finish
@@ -62,8 +81,9 @@ pub enum Step {
     SweepEnd(usize),
     /// A process dies (SIGKILL, power). sled: the one process; its restart replays
     /// the flushed log and `Service::recover` ends a claim found EXECUTING as
-    /// OUTCOME_UNKNOWN (`Lifecycle::crash_recovered`). PostgreSQL: one instance,
-    /// restarted as a new leadership holder; its `recover` touches nothing.
+    /// OUTCOME_UNKNOWN (`Lifecycle::crash_recovered`). PostgreSQL: one instance, its
+    /// batch queue lost (nothing of it written or answered), restarted as a new
+    /// leadership holder; its `recover` touches nothing.
     Crash(usize),
     /// PostgreSQL: an instance is paused (SIGSTOP, a paused VM).
     Freeze(usize),
@@ -103,6 +123,11 @@ impl ExactlyOnce {
         lifecycle(from).claim(now()).ok().map(|l| l.status)
     }
 
+    /// The instance execute task `t` runs on.
+    fn instance(&self, t: usize) -> usize {
+        t % self.procs as usize
+    }
+
     fn holder(&self, s: &State, i: usize) -> Holder {
         (i as u8, s.procs[i].generation)
     }
@@ -125,19 +150,53 @@ impl ExactlyOnce {
         s.requested
     }
 
-    /// After a write the caller is told about: acknowledged at once where a commit
-    /// is durable (PostgreSQL), else (sled) after a flush covers `ticket`.
-    fn answer(&self, s: &mut State, i: usize, rec: Rec, ticket: u8, then: Then) {
-        let acked = match then {
-            Then::Run => Exec::Claimed(rec),
-            Then::Answer => Exec::Done,
-        };
-        if self.shared() || self.bugs.ack_before_flush {
-            s.acked = s.acked.max(rec.revision);
-            s.procs[i].exec = acked;
+    /// sled: after a write in memory the writer waits for a flush that covers
+    /// `ticket` (or, seeded bug, is answered at once).
+    fn answer(&self, s: &mut State, t: usize, rec: Rec, ticket: u8, then: Then) {
+        if self.bugs.ack_before_flush {
+            acknowledge(s, t, rec, then);
         } else {
-            s.procs[i].exec = Exec::Flushing { rec, ticket, then };
+            s.tasks[t] = Exec::Flushing { rec, ticket, then };
         }
+    }
+
+    /// PostgreSQL: the write joins the instance's batch queue and the writer waits.
+    fn enqueue(&self, s: &mut State, t: usize, rec: Rec, then: Then) {
+        let i = self.instance(t);
+        s.procs[i].queue.push(Member {
+            task: t as u8,
+            rec,
+            then,
+        });
+        s.tasks[t] = Exec::Queued;
+    }
+
+    /// `BatchCommit`: how the batch decides `queue`, in order, over the stored
+    /// revision its locked read found.
+    fn decide_batch(&self, stored: u8, queue: &[Member]) -> Vec<BatchDecision> {
+        let mut batch = Batch::default();
+        batch.found(RECORD, Some(stored as u64));
+        queue
+            .iter()
+            .map(|m| {
+                let write = BatchWrite::Update {
+                    new_revision: m.rec.revision as u64,
+                };
+                if self.bugs.batch_reads_once {
+                    // The seeded bug: each member against the row as read, blind to
+                    // the members before it.
+                    let mut as_read = Batch::default();
+                    as_read.found(RECORD, Some(stored as u64));
+                    as_read.decide(&RECORD, write)
+                } else if self.bugs.non_atomic_claim && m.then == Then::Run {
+                    // The seeded bug: the claim is written whatever the revision.
+                    batch.found(RECORD, Some(m.rec.revision as u64));
+                    BatchDecision::Applied
+                } else {
+                    batch.decide(&RECORD, write)
+                }
+            })
+            .collect()
     }
 
     fn may_act(&self, s: &State, i: usize) -> bool {
@@ -145,47 +204,59 @@ impl ExactlyOnce {
     }
 
     pub(crate) fn steps(&self, s: &State, out: &mut Vec<Step>) {
-        let n = s.procs.len();
-        for i in 0..n {
-            let p = &s.procs[i];
-            if s.crashes < self.crashes && (self.shared() || i == 0) {
+        // Seeded bug `answer_before_commit`: a batch answered but not committed holds
+        // the record's lock; every other write waits for its commit (or its crash).
+        let locked = s.procs.iter().any(|p| p.committing.is_some());
+        for (i, p) in s.procs.iter().enumerate() {
+            if s.crashes < self.crashes {
                 out.push(Step::Crash(i));
             }
-            if self.shared() {
-                out.push(if p.frozen {
-                    Step::Thaw(i)
-                } else {
-                    Step::Freeze(i)
-                });
+            if !self.shared() {
+                continue;
             }
+            out.push(if p.frozen {
+                Step::Thaw(i)
+            } else {
+                Step::Freeze(i)
+            });
             if !self.may_act(s, i) {
                 continue;
             }
-            match p.exec {
-                Exec::Idle => out.push(Step::Read(i)),
-                Exec::Read(..) => out.push(Step::Claim(i)),
+            if p.committing.is_some() {
+                out.push(Step::Committed(i));
+            }
+            if !p.queue.is_empty() && !locked {
+                out.push(Step::BatchCommit(i));
+            }
+            out.push(Step::Lead(i));
+            match p.sweep {
+                Sweep::Idle if p.term.is_some() => out.push(Step::SweepRead(i)),
+                Sweep::Idle => {}
+                Sweep::Found(_) if !locked => out.push(Step::SweepEnd(i)),
+                Sweep::Found(_) => {}
+            }
+        }
+        for (t, exec) in s.tasks.iter().enumerate() {
+            if !self.may_act(s, self.instance(t)) {
+                continue;
+            }
+            match *exec {
+                Exec::Idle => out.push(Step::Read(t)),
+                Exec::Read(..) => out.push(Step::Claim(t)),
                 Exec::Flushing { ticket, .. }
                     if flush_covers(s.completed as u64, ticket as u64) =>
                 {
-                    out.push(Step::Acknowledged(i))
+                    out.push(Step::Acknowledged(t))
                 }
-                Exec::Flushing { .. } => {}
-                Exec::Claimed(_) => out.push(Step::Start(i)),
+                Exec::Flushing { .. } | Exec::Queued => {}
+                Exec::Claimed(_) => out.push(Step::Start(t)),
                 Exec::Running(_) => {
-                    out.push(Step::Finish(i));
+                    out.push(Step::Finish(t));
                     if self.shared() && s.lease_expired {
-                        out.push(Step::Renew(i));
+                        out.push(Step::Renew(t));
                     }
                 }
-                Exec::Done => out.push(Step::Retry(i)),
-            }
-            if self.shared() {
-                out.push(Step::Lead(i));
-                match p.sweep {
-                    Sweep::Idle if p.term.is_some() => out.push(Step::SweepRead(i)),
-                    Sweep::Idle => {}
-                    Sweep::Found(_) => out.push(Step::SweepEnd(i)),
-                }
+                Exec::Done => out.push(Step::Retry(t)),
             }
         }
         if !self.shared() {
@@ -196,6 +267,9 @@ impl ExactlyOnce {
             }
         }
         for action in Action::ALL {
+            if locked {
+                break;
+            }
             if matches!(action, Action::Propose | Action::Execute | Action::Finish) {
                 continue;
             }
@@ -220,25 +294,29 @@ impl ExactlyOnce {
     pub(crate) fn step(&self, last: &State, step: Step) -> Option<State> {
         let mut s = last.clone();
         match step {
-            Step::Read(i) => {
+            Step::Read(t) => {
                 let ticket = (self.bugs.ticket_before_write && !self.shared()).then(|| {
                     s.requested += 1;
                     s.requested
                 });
-                s.procs[i].exec = Exec::Read(s.stored, ticket);
+                s.tasks[t] = Exec::Read(s.stored, ticket);
             }
-            Step::Claim(i) => {
-                let Exec::Read(seen, early) = s.procs[i].exec else {
+            Step::Claim(t) => {
+                let Exec::Read(seen, early) = s.tasks[t] else {
                     return None;
                 };
                 let Some(to) = self.claim_to(seen.status) else {
-                    s.procs[i].exec = Exec::Done; // refused: the table says why
+                    s.tasks[t] = Exec::Done; // refused: the table says why
                     return Some(s);
                 };
                 let next = Rec {
                     status: to,
                     revision: seen.revision + 1,
                 };
+                if self.shared() {
+                    self.enqueue(&mut s, t, next, Then::Run);
+                    return Some(s);
+                }
                 let applies = self.bugs.non_atomic_claim
                     || cas_applies(
                         s.stored.revision as u64,
@@ -247,53 +325,36 @@ impl ExactlyOnce {
                     );
                 if !applies {
                     // `Cas::Conflict`: `transition_from` tries again from what is stored.
-                    s.procs[i].exec = Exec::Read(s.stored, early);
+                    s.tasks[t] = Exec::Read(s.stored, early);
                     return Some(s);
                 }
                 let ticket = self.write(&mut s, next);
-                self.answer(&mut s, i, next, early.unwrap_or(ticket), Then::Run);
+                self.answer(&mut s, t, next, early.unwrap_or(ticket), Then::Run);
             }
-            Step::Acknowledged(i) => {
-                let Exec::Flushing { rec, then, .. } = s.procs[i].exec else {
+            Step::Acknowledged(t) => {
+                let Exec::Flushing { rec, then, .. } = s.tasks[t] else {
                     return None;
                 };
-                s.acked = s.acked.max(rec.revision);
-                s.procs[i].exec = match then {
-                    Then::Run => Exec::Claimed(rec),
-                    Then::Answer => Exec::Done,
-                };
+                acknowledge(&mut s, t, rec, then);
             }
-            Step::Start(i) => {
-                let Exec::Claimed(rec) = s.procs[i].exec else {
+            Step::Start(t) => {
+                let Exec::Claimed(rec) = s.tasks[t] else {
                     return None;
                 };
                 s.effects += 1;
-                s.procs[i].exec = Exec::Running(rec);
+                s.tasks[t] = Exec::Running(rec);
             }
-            Step::Renew(i) => {
+            Step::Renew(t) => {
                 if !lease_renews(s.stored.status == Status::Executing) {
                     return None;
                 }
-                let _ = i;
+                let _ = t;
                 s.lease_expired = false;
             }
-            Step::Finish(i) => {
-                let Exec::Running(base) = s.procs[i].exec else {
+            Step::Finish(t) => {
+                let Exec::Running(base) = s.tasks[t] else {
                     return None;
                 };
-                if !cas_applies(
-                    s.stored.revision as u64,
-                    base.revision as u64 + 1,
-                    Guard::Revision,
-                ) {
-                    // Retry from what is stored: its lifecycle may refuse the finish
-                    // (ended by the sweep), and then the outcome is only in the log.
-                    s.procs[i].exec = match lifecycle(s.stored.status).finish(Outcome::Succeeded) {
-                        Ok(_) => Exec::Running(s.stored),
-                        Err(_) => Exec::Done,
-                    };
-                    return Some(s);
-                }
                 let to = lifecycle(base.status)
                     .finish(Outcome::Succeeded)
                     .ok()?
@@ -302,15 +363,62 @@ impl ExactlyOnce {
                     status: to,
                     revision: base.revision + 1,
                 };
+                if self.shared() {
+                    self.enqueue(&mut s, t, next, Then::Answer);
+                    return Some(s);
+                }
+                if !cas_applies(
+                    s.stored.revision as u64,
+                    next.revision as u64,
+                    Guard::Revision,
+                ) {
+                    s.tasks[t] = finish_conflict(s.stored);
+                    return Some(s);
+                }
                 let ticket = self.write(&mut s, next);
-                self.answer(&mut s, i, next, ticket, Then::Answer);
+                self.answer(&mut s, t, next, ticket, Then::Answer);
             }
-            Step::Retry(i) => s.procs[i].exec = Exec::Idle,
+            Step::Retry(t) => s.tasks[t] = Exec::Idle,
             Step::FlushStart => s.flushing = Some((s.requested, s.stored)),
             Step::FlushDone => {
                 let (target, carried) = s.flushing.take()?;
                 s.durable = carried;
                 s.completed = s.completed.max(target);
+            }
+            Step::BatchCommit(i) => {
+                let queue = std::mem::take(&mut s.procs[i].queue);
+                let decisions = self.decide_batch(s.stored.revision, &queue);
+                // The transaction: every applied member written (the last one is what
+                // the row holds after it), then one commit.
+                let written = queue
+                    .iter()
+                    .zip(&decisions)
+                    .rev()
+                    .find(|(_, d)| **d == BatchDecision::Applied)
+                    .map(|(m, _)| m.rec);
+                let before = s.stored;
+                if self.bugs.answer_before_commit {
+                    // The seeded bug: the answers go out first; the commit is a step
+                    // of its own (`Committed`), the locks held until it or a crash.
+                    s.procs[i].committing = written;
+                } else if let Some(rec) = written {
+                    self.write(&mut s, rec);
+                }
+                // Only then every member's answer.
+                let now_stored = written.unwrap_or(before);
+                for (m, d) in queue.iter().zip(&decisions) {
+                    let t = m.task as usize;
+                    match (d, m.then) {
+                        (BatchDecision::Applied, _) => acknowledge(&mut s, t, m.rec, m.then),
+                        // `Cas::Conflict(now_stored)`: retry from what is stored.
+                        (_, Then::Run) => s.tasks[t] = Exec::Read(now_stored, None),
+                        (_, Then::Answer) => s.tasks[t] = finish_conflict(now_stored),
+                    }
+                }
+            }
+            Step::Committed(i) => {
+                let rec = s.procs[i].committing.take()?;
+                self.write(&mut s, rec);
             }
             Step::Other(action, k) => {
                 let next = Rec {
@@ -378,8 +486,15 @@ impl ExactlyOnce {
             Step::Crash(i) => {
                 s.crashes += 1;
                 if self.shared() {
+                    // The instance's queue dies with it: nothing written, nothing
+                    // answered; its agents call again (on this instance, restarted).
                     let generation = s.procs[i].generation + 1;
                     s.procs[i] = Proc::fresh(generation);
+                    for t in 0..s.tasks.len() {
+                        if self.instance(t) == i {
+                            s.tasks[t] = Exec::Idle;
+                        }
+                    }
                 } else {
                     self.restart_sled(&mut s);
                 }
@@ -401,6 +516,9 @@ impl ExactlyOnce {
         for p in s.procs.iter_mut() {
             *p = Proc::fresh(p.generation + 1);
         }
+        for exec in s.tasks.iter_mut() {
+            *exec = Exec::Idle;
+        }
         if let Ok(l) = lifecycle(s.stored.status).crash_recovered() {
             let rec = Rec {
                 status: l.status,
@@ -409,6 +527,28 @@ impl ExactlyOnce {
             s.stored = rec;
             s.durable = rec;
         }
+    }
+}
+
+/// The one record's id in a [`Batch`].
+const RECORD: u8 = 0;
+
+/// The writer of `rec` is told it is stored: the claim's effect may start, the
+/// finish answers the agent.
+fn acknowledge(s: &mut State, t: usize, rec: Rec, then: Then) {
+    s.acked = s.acked.max(rec.revision);
+    s.tasks[t] = match then {
+        Then::Run => Exec::Claimed(rec),
+        Then::Answer => Exec::Done,
+    };
+}
+
+/// A finish that conflicted retries from `stored`: its lifecycle may refuse the
+/// finish (the sweep ended the claim), and then the outcome is only in the log.
+fn finish_conflict(stored: Rec) -> Exec {
+    match lifecycle(stored.status).finish(Outcome::Succeeded) {
+        Ok(_) => Exec::Running(stored),
+        Err(_) => Exec::Done,
     }
 }
 
@@ -434,6 +574,7 @@ impl Model for ExactlyOnce {
             effects: 0,
             crashes: 0,
             procs: (0..self.procs).map(|_| Proc::fresh(0)).collect(),
+            tasks: vec![Exec::Idle; self.tasks as usize],
         }]
     }
 
@@ -471,9 +612,14 @@ impl Model for ExactlyOnce {
             Property::sometimes(crate::SWEPT_WHILE_RUNNING, |m: &ExactlyOnce, s: &State| {
                 m.shared()
                     && s.durable.status == Status::OutcomeUnknown
-                    && s.procs
-                        .iter()
-                        .any(|p| p.frozen && matches!(p.exec, Exec::Running(_)))
+                    && s.tasks.iter().enumerate().any(|(t, e)| {
+                        s.procs[m.instance(t)].frozen && matches!(e, Exec::Running(_))
+                    })
+            }),
+            Property::sometimes(crate::CLAIMS_IN_ONE_BATCH, |_: &ExactlyOnce, s: &State| {
+                s.procs
+                    .iter()
+                    .any(|p| p.queue.iter().filter(|m| m.then == Then::Run).count() >= 2)
             }),
         ]
     }

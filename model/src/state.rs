@@ -1,6 +1,7 @@
 //! The model's state: one proposal record as the store holds it (in memory and on
-//! disk), the leases on it, and each instance (PostgreSQL) or task (sled) with the
-//! point its execute call or its sweep has reached.
+//! disk), the leases on it, each instance (PostgreSQL; sled has one process) with its
+//! sweep and its batch queue, and each execute task with the point its call has
+//! reached.
 //!
 //! Everything is small and hashable: the checker keeps every state it has seen.
 
@@ -17,7 +18,8 @@ pub struct Rec {
     pub revision: u8,
 }
 
-/// What comes after a write's flush on sled.
+/// What comes after a write is acknowledged (sled: after the flush that covers it;
+/// PostgreSQL: after the commit of the batch that carries it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Then {
     /// The claim is acknowledged: `run_claimed` may start the effect.
@@ -45,6 +47,10 @@ pub enum Exec {
         /// What the acknowledgement lets happen.
         then: Then,
     },
+    /// PostgreSQL: the write is queued for its instance's batcher, and the writer
+    /// waits for the answer, given after the batch's commit (the member, with what it
+    /// writes, is in [`Proc::queue`]).
+    Queued,
     /// The claim is stored (and durable): `run_claimed` is about to start the effect.
     Claimed(Rec),
     /// The effect has started (`executor::run`); the finish's compare-and-swap
@@ -63,11 +69,20 @@ pub enum Sweep {
     Found(Rec),
 }
 
-/// One PostgreSQL instance, or one task of the one sled process.
+/// One write waiting in a PostgreSQL instance's batch queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Member {
+    /// The execute task that queued it (an index of [`State::tasks`]).
+    pub task: u8,
+    /// The record as the writer computed it: the revision it asks for is its read's + 1.
+    pub rec: Rec,
+    /// What the answer `Applied` lets the writer do.
+    pub then: Then,
+}
+
+/// One PostgreSQL instance, or the one sled process.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Proc {
-    /// Its agent's execute call.
-    pub exec: Exec,
     /// Its lease sweep (PostgreSQL).
     pub sweep: Sweep,
     /// The sweep leadership term it believes it holds (`Leadership::term`). Kept
@@ -78,17 +93,25 @@ pub struct Proc {
     pub frozen: bool,
     /// How many times it restarted: a restarted process is a new leadership holder.
     pub generation: u8,
+    /// PostgreSQL: the writes queued for its batcher, in queue order (each execute
+    /// task has at most one; a batch takes them all, the model's queue never
+    /// reaching the batcher's cap).
+    pub queue: Vec<Member>,
+    /// PostgreSQL, only under the seeded bug `answer_before_commit`: a batch whose
+    /// members were answered, its transaction not yet committed (what it writes).
+    pub committing: Option<Rec>,
 }
 
 impl Proc {
     /// A process that has just started.
     pub fn fresh(generation: u8) -> Self {
         Self {
-            exec: Exec::Idle,
             sweep: Sweep::Idle,
             term: None,
             frozen: false,
             generation,
+            queue: Vec::new(),
+            committing: None,
         }
     }
 }
@@ -121,6 +144,8 @@ pub struct State {
     pub effects: u8,
     /// Crashes so far (bounded by the model).
     pub crashes: u8,
-    /// The instances (PostgreSQL) or tasks (sled).
+    /// The instances (PostgreSQL) or the one process (sled).
     pub procs: Vec<Proc>,
+    /// Each execute task's call: task `t` runs on instance `t % procs.len()`.
+    pub tasks: Vec<Exec>,
 }

@@ -75,7 +75,7 @@ fn a_group_commit_ticket_taken_before_the_write_runs_twice_on_sled() {
     // agent's retry); with the CI bound's four tasks, each holding an early ticket,
     // the checker needs 6.7 million states (about 40 s) to reach the same trace.
     let one_task = ExactlyOnce {
-        procs: 1,
+        tasks: 1,
         ..ExactlyOnce::ci(Backend::Sled).with_bugs(bugs)
     };
     let trace = caught_in(one_task, ONCE);
@@ -107,4 +107,38 @@ fn a_table_edge_out_of_outcome_unknown_runs_twice_on_either_store() {
             2
         );
     }
+}
+
+#[test]
+fn a_batch_that_decides_each_member_against_its_read_runs_twice_on_postgres() {
+    let bugs = Bugs {
+        batch_reads_once: true,
+        ..Bugs::default()
+    };
+    // Two claims from one read of APPROVED meet in one batch; each is decided against
+    // the row as read, not after the first, so both are applied and both run.
+    let trace = caught_in(ExactlyOnce::ci_batches().with_bugs(bugs), ONCE);
+    let commits: Vec<_> = trace
+        .iter()
+        .filter(|s| matches!(s, Step::BatchCommit(_)))
+        .collect();
+    assert_eq!(commits.len(), 1, "both claims in one batch: {trace:?}");
+    assert_eq!(starts(&trace), 2);
+}
+
+#[test]
+fn answering_before_the_batch_commit_runs_twice_and_loses_the_write_on_postgres() {
+    let bugs = Bugs {
+        answer_before_commit: true,
+        ..Bugs::default()
+    };
+    // The claim is answered Applied, its effect starts, the instance dies before
+    // its commit: the record is still APPROVED, and another instance runs it again.
+    let trace = caught(Backend::Postgres, bugs, ONCE);
+    assert!(trace.iter().any(|s| matches!(s, Step::Crash(_))));
+    assert_eq!(starts(&trace), 2);
+    // The answer itself outruns what is committed: a crash now loses it.
+    let trace = caught(Backend::Postgres, bugs, NOTHING_LOST);
+    assert!(trace.iter().any(|s| matches!(s, Step::BatchCommit(_))));
+    assert!(!trace.iter().any(|s| matches!(s, Step::Committed(_))));
 }
