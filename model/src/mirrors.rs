@@ -5,11 +5,10 @@
 //! through the fenced write. `tests/drift.rs` fails when a line below is no longer
 //! in its file; whoever changes that code then updates the step and this table.
 //!
-//! `BatchCommit` (PostgreSQL's group commit) names, for now, only the shared rule
-//! it decides with (`claim::Batch::decide`) and the model's own call of it: the
-//! batcher in `server/src/store/postgres/` is not on this branch yet. When it lands,
-//! its lines (the `Batch::found` seeding under the audit head lock, the in-order
-//! `decide`, the answers sent after the commit) belong here.
+//! `BatchCommit` (PostgreSQL's group commit) mirrors the batcher in
+//! `server/src/store/postgres/batch.rs`: the `Batch::found` seeding from the rows
+//! read under the audit head lock, the in-order `check`/`decide` with core's rule,
+//! and the answers sent only after the one commit returned.
 
 /// One step and the code it stands for.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +86,26 @@ pub const MIRRORS: &[Mirror] = &[
         "BatchCommit",
         "model/src/model.rs",
         "batch.decide(&RECORD, write)",
+    ),
+    m(
+        "BatchCommit",
+        "server/src/store/postgres/batch.rs",
+        "view.found(id.to_owned(), Some(revision as u64));",
+    ),
+    m(
+        "BatchCommit",
+        "server/src/store/postgres/batch.rs",
+        "let cas = match view.check(&id, write) {",
+    ),
+    m(
+        "BatchCommit",
+        "server/src/store/postgres/batch.rs",
+        "view.decide(&id, write);",
+    ),
+    m(
+        "BatchCommit",
+        "server/src/store/postgres/batch.rs",
+        "tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;\n    Ok(answers)",
     ),
     m(
         "Start",

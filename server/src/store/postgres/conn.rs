@@ -61,6 +61,21 @@ pub(super) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     }
 }
 
+/// Runs `wait` (which blocks until the store's runtime answers) on this thread.
+///
+/// The service calls the store from its async tasks. A database round trip is
+/// milliseconds, not sled's microseconds: on a worker of a multi-threaded runtime,
+/// hand the worker's other tasks to another thread while we wait, or two blocked
+/// workers would serialise every request of the server.
+pub(super) fn wait_here<T>(wait: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
+}
+
 /// The key of the migrator's advisory lock, per schema (tests share a database).
 pub(super) const LOCK_KEY: &str = "hashtext(current_schema() || ':' || $1)";
 
@@ -88,40 +103,34 @@ impl PgStore {
             };
             let _ = tx.send(r);
         });
-        let wait = || {
+        wait_here(|| {
             rx.recv()
                 .map_err(|_| StoreError::Backend("the store's runtime stopped".into()))
-        };
-        // The service calls the store from its async tasks. A database round trip is
-        // milliseconds, not sled's microseconds: on a worker of a multi-threaded
-        // runtime, hand the worker's other tasks to another thread while we wait, or
-        // two blocked workers would serialise every request of the server.
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(wait)?
-            }
-            _ => wait()?,
-        }
+        })?
     }
 
     /// Keeps one connection LISTENing for every instance's events, reconnecting after
     /// an outage; after a reconnect it sends `None` (events may have been missed:
     /// every waiter re-reads).
     pub(super) fn listen(&self) {
-        let (cfg, tls, events, me) = (
+        let (cfg, tls, events, me, cache) = (
             self.pg_config.clone(),
             self.tls.clone(),
             self.events.clone(),
             self.instance.clone(),
+            self.cache.clone(),
         );
         let Ok(rt) = self.rt() else { return };
         rt.spawn(async move {
             let mut first = true;
             loop {
-                match listen_once(&cfg, &tls, &events, &me, first).await {
+                match listen_once(&cfg, &tls, &events, &me, &cache, first).await {
                     Ok(()) => {}
                     Err(e) => tracing::warn!(error = %e, "PostgreSQL event listener lost its connection; reconnecting"),
                 }
+                // Notifications may be missed from here on: the read cache is off
+                // (and empty) until the listener listens again.
+                cache.set_live(false);
                 first = false;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -330,11 +339,20 @@ pub(super) async fn meta_raise(
         .map_err(|_| crate::store::shared::corrupt(k, "a mark is not a number"))
 }
 
+/// How often the listener checks its connection with a round trip, and how long it
+/// waits for the answer: a connection cut without a reset (a partition) would
+/// otherwise leave the read cache on while notifications no longer arrive, until
+/// TCP gave up. So a cached read trails another instance's write by at most about
+/// this long plus the ping's time-out, even then.
+pub(super) const LISTEN_PING: Duration = Duration::from_millis(500);
+pub(super) const LISTEN_PING_TIMEOUT: Duration = Duration::from_millis(1500);
+
 pub(super) async fn listen_once(
     cfg: &tokio_postgres::Config,
     tls: &Tls,
     events: &tokio::sync::broadcast::Sender<Option<ProposalId>>,
     me: &str,
+    cache: &cache::RecordCache,
     first: bool,
 ) -> Result<(), StoreError> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -352,21 +370,39 @@ pub(super) async fn listen_once(
         .batch_execute(&format!("LISTEN {CHANNEL}"))
         .await
         .map_err(pg_err)?;
+    // From here every other instance's write is heard of: the cache may serve.
+    cache.set_live(true);
     if !first {
         // Whatever happened while we were away is unknown here: wake every waiter.
         let _ = events.send(None);
     }
-    while let Some(payload) = rx.recv().await {
-        let Some((from, id)) = payload.split_once(':') else {
-            continue;
-        };
-        if from == me {
-            continue;
-        }
-        if let Ok(id) = ProposalId::parse(id) {
-            let _ = events.send(Some(id));
+    let mut ping = tokio::time::interval(LISTEN_PING);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            payload = rx.recv() => {
+                let Some(payload) = payload else { break };
+                let Some((from, id)) = payload.split_once(':') else {
+                    continue;
+                };
+                if from == me {
+                    continue;
+                }
+                if let Ok(id) = ProposalId::parse(id) {
+                    cache.changed_elsewhere(&id);
+                    let _ = events.send(Some(id));
+                }
+            }
+            _ = ping.tick() => {
+                let answered = tokio::time::timeout(LISTEN_PING_TIMEOUT, client.simple_query("")).await;
+                if !matches!(answered, Ok(Ok(_))) {
+                    tracing::warn!("the PostgreSQL event listener's connection did not answer its ping; reconnecting");
+                    break;
+                }
+            }
         }
     }
+    cache.set_live(false);
     pump.abort();
     drop(client);
     Err(unreachable("the listening connection closed"))

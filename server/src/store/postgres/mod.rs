@@ -59,6 +59,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_postgres::{NoTls, Row};
 
+mod batch;
+pub mod cache;
 mod config;
 mod conn;
 pub mod lease;
@@ -111,6 +113,14 @@ pub struct PgStore {
     events: tokio::sync::broadcast::Sender<Option<ProposalId>>,
     /// This instance's leadership leases (its `instance` id is their holder).
     leadership: lease::Leadership,
+    /// Where creates and updates go to be committed in batches ([`batch`]).
+    batcher: tokio::sync::mpsc::UnboundedSender<batch::Request>,
+    /// What the batches did (for benchmarks and tests).
+    batch_stats: Arc<batch::BatchStats>,
+    /// The claim lease in milliseconds, shared with the batcher.
+    lease_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// Records read or written here, kept exact by the listener ([`cache`]).
+    cache: Arc<cache::RecordCache>,
 }
 
 impl Drop for PgStore {
@@ -172,7 +182,28 @@ impl PgStore {
         getrandom::fill(&mut inst)
             .map_err(|e| StoreError::Backend(format!("no randomness: {e}")))?;
         let instance = hex::encode(inst);
+        let outbox = Arc::new(Mutex::new(OutboxState::default()));
+        let cache = Arc::new(cache::RecordCache::default());
+        let batch_stats = Arc::new(batch::BatchStats::default());
+        let lease_ms = Arc::new(std::sync::atomic::AtomicI64::new(
+            DEFAULT_LEASE.as_millis() as i64
+        ));
+        let batcher = batch::start(
+            &rt,
+            batch::Shared {
+                pool: pool.clone(),
+                outbox: outbox.clone(),
+                instance: instance.clone(),
+                lease_ms: lease_ms.clone(),
+                cache: cache.clone(),
+                stats: batch_stats.clone(),
+            },
+        );
         let mut store = Self {
+            batcher,
+            lease_ms,
+            batch_stats,
+            cache,
             rt: Some(rt),
             pool,
             pg_config: cfg,
@@ -182,7 +213,7 @@ impl PgStore {
             leadership: lease::Leadership::new(instance.clone(), DEFAULT_LEASE),
             instance,
             lease: DEFAULT_LEASE,
-            outbox: Arc::new(Mutex::new(OutboxState::default())),
+            outbox,
             events: tokio::sync::broadcast::channel(4096).0,
         };
         let display = redact(url);
@@ -214,6 +245,10 @@ impl PgStore {
     /// and with it the leadership lease ([`lease::Leadership::lease_for`]).
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self.lease_ms.store(
+            lease.as_millis() as i64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.leadership.set_claim_lease(lease);
         self
     }
@@ -270,12 +305,27 @@ impl Store for PgStore {
         self.block(async move { conn::meta_raise(&pool, &k, value).await })
     }
 
+    /// From the read cache when it holds the record ([`cache`]), else one query
+    /// whose answer fills it.
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
-        let mut v = self.records(
-            "SELECT id, body FROM records WHERE id = $1",
-            vec![Param::Text(id.to_string())],
-        )?;
-        Ok(v.pop())
+        if let Some(rec) = self.cache.get(id) {
+            return Ok(Some(rec));
+        }
+        let ticket = self.cache.before_read();
+        let (pool, key) = (self.pool.clone(), id.to_string());
+        let body: Option<String> = self.block(async move {
+            let c = pool.get().await.map_err(pool_err)?;
+            let st = c
+                .prepare_cached("SELECT body FROM records WHERE id = $1")
+                .await
+                .map_err(pg_err)?;
+            let row = c.query_opt(&st, &[&key]).await.map_err(pg_err)?;
+            Ok(row.map(|r| r.get::<_, String>(0)))
+        })?;
+        let Some(body) = body else { return Ok(None) };
+        let rec = decode_record(id.as_str(), &body)?;
+        self.cache.filled(&rec, body.len(), ticket);
+        Ok(Some(rec))
     }
 
     fn create(
@@ -284,57 +334,17 @@ impl Store for PgStore {
         events: Vec<AuditEvent>,
         limits: PendingLimits,
     ) -> Result<(), StoreError> {
-        let (pool, rec2, outbox, me) = (
-            self.pool.clone(),
-            rec.clone(),
-            self.outbox_switch(),
-            self.instance.clone(),
-        );
-        let body = encode(rec)?;
-        let dropped = self.block(async move {
-            let rec = rec2;
-            let mut c = pool.get().await.map_err(pool_err)?;
-            let tx = c.transaction().await.map_err(pg_err)?;
-            let id = rec.id().to_string();
-            let agent = rec.preview.requested_by.as_str().to_owned();
-            // Sent together (pipelined), executed in this order: the head lock first.
-            let by_id: [Sql; 1] = [&id];
-            let (head, exists) = futures::try_join!(
-                lock_head(&tx),
-                query_opt(&tx, "SELECT 1 FROM records WHERE id = $1", &by_id),
-            )?;
-            if exists.is_some() {
-                return Err(StoreError::Exists(id));
-            }
-            if rec.status() == Status::Pending {
-                // Counted up first; a refusal rolls the transaction (and them) back.
-                let (mine, total) = move_pending(&tx, &agent, 1).await?;
-                limits.admit(&agent, mine, total)?;
-            }
-            let (status, created, deadline, revision) = (
-                rec.status().as_str(),
-                rec.preview.created_at.unix(),
-                deadline_of(&rec),
-                rec.revision as i64,
-            );
-            let row: [Sql; 7] = [&id, &agent, &status, &created, &deadline, &revision, &body];
-            let (_, dropped) = futures::try_join!(
-                exec(
-                    &tx,
-                    "INSERT INTO records (id, agent, status, created, deadline, revision, body) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    &row,
-                ),
-                finish_write(&tx, &rec, events, head, outbox, &me),
-            )?;
-            tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;
-            Ok(dropped)
-        })?;
-        self.count_dropped(rec.id(), dropped);
-        Ok(())
+        match self.submit(rec, events, batch::Kind::Create(limits))? {
+            Cas::Applied => Ok(()),
+            _ => Err(StoreError::Backend(format!(
+                "creating {} was answered as an update",
+                rec.id()
+            ))),
+        }
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
-        self.write_record(new, events, None)
+        self.submit(new, events, batch::Kind::Update)
     }
 
     fn end_expired_claim(

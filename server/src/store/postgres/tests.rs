@@ -344,3 +344,217 @@ fn passwords_are_redacted() {
     );
     assert_eq!(redact("u:secret"), "(not a URL)");
 }
+
+/// Group commit, attacked from inside one batch: sixteen claims of one record
+/// computed from the same read arrive together. One applies; every other is handed
+/// the winner's record (what is stored now), as if each had been its own
+/// transaction after it; and the writes were really gathered (fewer transactions
+/// than members).
+#[test]
+fn claims_of_one_record_in_one_batch_apply_once_and_the_rest_get_the_winner() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = Arc::new(PgStore::open(&db.url).unwrap());
+    let target = contract::record("p-target", "agent1", 1_800_000_000);
+    let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
+    store
+        .create(&target, ev(&target), PendingLimits::default())
+        .unwrap();
+    let (batches_before, members_before) = store.batch_counts();
+    let gate = Arc::new(std::sync::Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let (store, gate, target) = (store.clone(), gate.clone(), target.clone());
+            std::thread::spawn(move || {
+                let mut next = target.clone();
+                next.revision = 1;
+                next.preview.summary = format!("writer {t}");
+                gate.wait();
+                (t, store.update(&next, ev(&next)).unwrap())
+            })
+        })
+        .collect();
+    let answers: Vec<(usize, Cas)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let winners: Vec<usize> = answers
+        .iter()
+        .filter(|(_, c)| matches!(c, Cas::Applied))
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let stored = store.get(target.id()).unwrap().unwrap();
+    assert_eq!(stored.revision, 1);
+    assert_eq!(stored.preview.summary, format!("writer {}", winners[0]));
+    for (t, cas) in &answers {
+        match cas {
+            Cas::Applied => {}
+            Cas::Conflict(cur) => {
+                assert_eq!(cur.revision, 1, "writer {t} was handed an older record");
+                assert_eq!(cur.preview.summary, stored.preview.summary);
+            }
+            Cas::Missing => panic!("writer {t}: missing"),
+        }
+    }
+    let (batches, members) = store.batch_counts();
+    let (batches, members) = (batches - batches_before, members - members_before);
+    assert_eq!(members, 16);
+    assert!(
+        batches < members,
+        "{batches} transactions for {members} writes: nothing was gathered"
+    );
+    let (entries, head) = store.audit().unwrap();
+    assert_eq!(crate::audit::verify_chain(entries, head), Ok(2));
+}
+
+/// The pending limits hold inside a batch: creates of one agent arriving together
+/// are admitted in order up to the limit, the rest refused on their own without
+/// failing the others, and the counters agree with the rows.
+#[test]
+fn creates_gathered_in_one_batch_respect_the_pending_limit_one_by_one() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = Arc::new(PgStore::open(&db.url).unwrap());
+    let limits = PendingLimits {
+        per_agent: 3,
+        total: 100,
+    };
+    let gate = Arc::new(std::sync::Barrier::new(12));
+    let threads: Vec<_> = (0..12)
+        .map(|t| {
+            let (store, gate) = (store.clone(), gate.clone());
+            std::thread::spawn(move || {
+                let r = contract::record(&format!("p-{t}"), "agent1", 1_800_000_000 + t);
+                let dup = r.clone();
+                gate.wait();
+                let first = store.create(
+                    &r,
+                    contract::ev(crate::audit::AuditKind::Proposed, &r),
+                    limits,
+                );
+                // An admitted id again, at once: refused as existing, never stored twice.
+                let again = first
+                    .is_ok()
+                    .then(|| store.create(&dup, vec![], PendingLimits::default()));
+                (first, again)
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in threads {
+        let (first, again) = t.join().unwrap();
+        match first {
+            Ok(()) => {
+                admitted += 1;
+                assert!(
+                    matches!(again, Some(Err(StoreError::Exists(_)))),
+                    "{again:?}"
+                );
+            }
+            Err(StoreError::Full(why)) => assert!(why.contains("agent1"), "{why}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(admitted, 3);
+    assert_eq!(store.list_status(Status::Pending, 100).unwrap().len(), 3);
+    let agent = AgentName::parse("agent1").unwrap();
+    assert_eq!(store.pending_count(Some(&agent)).unwrap(), 3);
+    assert_eq!(store.pending_count(None).unwrap(), 3);
+    let (entries, head) = store.audit().unwrap();
+    assert_eq!(crate::audit::verify_chain(entries, head), Ok(3));
+}
+
+/// The read cache, across instances: an instance that cached a record serves the
+/// other instance's change once its NOTIFY arrives (within the bound), and its own
+/// acknowledged writes at once.
+#[test]
+fn a_cached_read_follows_another_instances_write_and_never_trails_its_own() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let (a, b) = (
+        PgStore::open(&db.url).unwrap(),
+        PgStore::open(&db.url).unwrap(),
+    );
+    let mut rec = contract::record("p-cached", "agent1", 1_800_000_000);
+    a.create(&rec, vec![], PendingLimits::default()).unwrap();
+    // The listener must be up before the cache serves anything.
+    let start = std::time::Instant::now();
+    while a.cache.get(rec.id()).is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "a's cache never came on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        let _ = a.get(rec.id()).unwrap();
+    }
+    for revision in 1..=20 {
+        rec.revision = revision;
+        rec.preview.summary = format!("revision {revision}");
+        let (writer, reader) = if revision % 2 == 0 {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        assert!(matches!(writer.update(&rec, vec![]).unwrap(), Cas::Applied));
+        // Its own write: at once.
+        assert_eq!(writer.get(rec.id()).unwrap().unwrap().revision, revision);
+        // The other's: once the NOTIFY is in.
+        let start = std::time::Instant::now();
+        loop {
+            let seen = reader.get(rec.id()).unwrap().unwrap().revision;
+            assert!(seen <= revision);
+            if seen == revision {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "revision {revision} written elsewhere was not seen within 2 s (still {seen})"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Two instances' batches from their very first ones (statements not yet prepared
+/// on either connection) interleave on the audit head: every write lands in its own
+/// instance's transaction under the head lock, none after its COMMIT, so the chain is
+/// one chain with every entry, and no write fails. (A batch whose COMMIT was sent
+/// before a statement still being prepared broke exactly this: `audit_pkey`.)
+#[test]
+fn two_instances_batching_from_their_first_write_keep_one_chain() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    for round in 0..3 {
+        let stores = [
+            Arc::new(PgStore::open(&db.url).unwrap()),
+            Arc::new(PgStore::open(&db.url).unwrap()),
+        ];
+        let gate = Arc::new(std::sync::Barrier::new(16));
+        let threads: Vec<_> = (0..16)
+            .map(|t| {
+                let (s, gate) = (stores[t % 2].clone(), gate.clone());
+                std::thread::spawn(move || {
+                    gate.wait();
+                    for i in 0..12 {
+                        let mut r = contract::record(
+                            &format!("p-{round}-{t}-{i}"),
+                            &format!("agent{t}"),
+                            1_800_000_000 + i,
+                        );
+                        let ev =
+                            |r: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, r);
+                        s.create(&r, ev(&r), PendingLimits::default()).unwrap();
+                        r.revision = 1;
+                        assert!(matches!(s.update(&r, ev(&r)).unwrap(), Cas::Applied));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let (entries, head) = stores[0].audit().unwrap();
+        assert_eq!(
+            crate::audit::verify_chain(entries, head),
+            Ok((round + 1) * 16 * 12 * 2)
+        );
+    }
+}

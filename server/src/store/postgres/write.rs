@@ -64,9 +64,16 @@ pub(super) async fn move_pending(
     Ok((mine, total))
 }
 
+/// The statement that locks the audit head (every write transaction's first).
+pub(super) const LOCK_HEAD: &str = "SELECT seq, hash FROM audit_head FOR UPDATE";
+
 /// Locks the audit head for this transaction; returns (seq, hash).
 pub(super) async fn lock_head(tx: &Tx<'_>) -> Result<(u64, Sha256Hex), StoreError> {
-    let row = query_one(tx, "SELECT seq, hash FROM audit_head FOR UPDATE", &[]).await?;
+    head_of(&query_one(tx, LOCK_HEAD, &[]).await?)
+}
+
+/// The audit head's (seq, hash) from its row.
+pub(super) fn head_of(row: &Row) -> Result<(u64, Sha256Hex), StoreError> {
     let seq: i64 = row.get(0);
     let hash: Option<String> = row.get(1);
     let hash = match hash {
@@ -199,6 +206,7 @@ impl PgStore {
         );
         let lease_ms = self.lease.as_millis() as i64;
         let body = encode(new)?;
+        let (ticket, size) = (self.cache.before_read(), body.len());
         let (cas, dropped) = self.block(async move {
             let mut c = pool.get().await.map_err(pool_err)?;
             let tx = c.transaction().await.map_err(pg_err)?;
@@ -266,6 +274,9 @@ impl PgStore {
             tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;
             Ok((Cas::Applied, dropped))
         })?;
+        if let Cas::Applied = cas {
+            self.cache.written(new, size, ticket);
+        }
         self.count_dropped(new.id(), dropped);
         Ok(cas)
     }
