@@ -105,7 +105,12 @@ pub const MIRRORS: &[Mirror] = &[
     m(
         "BatchCommit",
         "server/src/store/postgres/batch.rs",
-        "tx.commit().await.map_err(|e| commit_unknown(pg_err(e)))?;\n    Ok(answers)",
+        "        move_head,\n        commit\n    )",
+    ),
+    m(
+        "BatchCommit",
+        "server/src/store/postgres/batch.rs",
+        "let _ = reply.send(answer.cas);",
     ),
     m(
         "Start",
