@@ -30,7 +30,12 @@ pub const MIRRORS: &[Mirror] = &[
     m(
         "Read",
         "server/src/service/execute.rs",
-        "let rec = self.get_for_agent(agent, id)?;",
+        "let rec = self.get_for_agent_as(agent, id, true)?;",
+    ),
+    m(
+        "Read",
+        "server/src/service/mod.rs",
+        "self.store.get_latest(id)?.ok_or_else(|| {",
     ),
     m(
         "Claim",

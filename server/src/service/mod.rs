@@ -266,8 +266,9 @@ impl Service {
         Ok((tally, policy))
     }
 
+    /// The record as stored now ([`Store::get_latest`]): what a change starts from.
     fn get(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
-        self.store.get(id)?.ok_or_else(|| {
+        self.store.get_latest(id)?.ok_or_else(|| {
             ServiceError::new(
                 Code::UnknownProposal,
                 format!("no proposal {id}: check the id from approval_prepare or approval_list"),
@@ -276,11 +277,27 @@ impl Service {
     }
 
     fn get_for_agent(&self, agent: &AgentName, id: &str) -> Result<ProposalRecord, ServiceError> {
+        self.get_for_agent_as(agent, id, false)
+    }
+
+    /// [`Service::get_for_agent`], from the store as it is now when `latest` (never a
+    /// cached copy: [`Store::get_latest`]).
+    fn get_for_agent_as(
+        &self,
+        agent: &AgentName,
+        id: &str,
+        latest: bool,
+    ) -> Result<ProposalRecord, ServiceError> {
         let unknown = || {
             ServiceError::new(Code::UnknownProposal, format!("no proposal {id:?} of yours: check the id from approval_prepare or approval_list"))
         };
         let id = ProposalId::parse(id).map_err(|_| unknown())?;
-        match self.store.get(&id)? {
+        let found = if latest {
+            self.store.get_latest(&id)?
+        } else {
+            self.store.get(&id)?
+        };
+        match found {
             Some(rec) if &rec.preview.requested_by == agent => Ok(rec),
             _ => Err(unknown()),
         }

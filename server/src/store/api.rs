@@ -85,8 +85,17 @@ pub trait Store: Send + Sync + 'static {
     /// Binds `key` to `server_id` if no key is bound yet, durably; returns the key
     /// bound now (the first one bound wins, and is never replaced).
     fn bind_server_key(&self, key: &PublicKey) -> Result<PublicKey, StoreError>;
-    /// Reads a record.
+    /// Reads a record. On PostgreSQL this may be served from the instance's read
+    /// cache: never older than a change this instance made, but it may trail another
+    /// instance's by the time its NOTIFY takes (see `postgres::cache`).
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError>;
+    /// Reads a record as stored now, never from a cache: for a read an answer rests
+    /// on that a compare-and-swap would not correct (the agent's execute, whose
+    /// "not approved yet" must not come from a copy that trails an approval made on
+    /// another instance). The embedded store has no cache: the same as [`Store::get`].
+    fn get_latest(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
+        self.get(id)
+    }
     /// Writes a new record with its audit events, refusing an id that exists or a
     /// PENDING record beyond `limits`.
     fn create(

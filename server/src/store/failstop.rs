@@ -236,6 +236,10 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.get(id)
     }
+    fn get_latest(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
+        self.refused()?;
+        self.inner.get_latest(id)
+    }
     fn raise(&self, name: &str, value: u64) -> Result<super::Raise, StoreError> {
         self.refused()?;
         let r = self

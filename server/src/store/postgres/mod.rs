@@ -311,6 +311,11 @@ impl Store for PgStore {
         if let Some(rec) = self.cache.get(id) {
             return Ok(Some(rec));
         }
+        self.get_latest(id)
+    }
+
+    /// One query, whose answer fills the read cache.
+    fn get_latest(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         let ticket = self.cache.before_read();
         let (pool, key) = (self.pool.clone(), id.to_string());
         let body: Option<String> = self.block(async move {
