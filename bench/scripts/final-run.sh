@@ -7,7 +7,9 @@ cd "$(dirname "$0")/../.."
 BASE=${BASE_SERVER:-}
 # Every run's note files stay in one folder, deleted after the last run: a run that created
 # notes right after another run deleted thousands measures that deletion (see --notes-dir).
-NOTES=$(mktemp -d "${TMPDIR:-/tmp}/approval-bench-notes.XXXXXX")
+# NOTES_ROOT puts them elsewhere than TMPDIR (where the stores live): on tmpfs, a run's file
+# creations are not slowed by the previous run's deletions, which ext4 remembers (round 15).
+NOTES=$(mktemp -d "${NOTES_ROOT:-${TMPDIR:-/tmp}}/approval-bench-notes.XXXXXX")
 trap 'rm -rf "$NOTES"' EXIT
 B="target/release/approval-bench --notes-dir $NOTES"
 echo "== uptime before: $(uptime)"; echo "== commit $(git rev-parse --short HEAD)"; date -u
