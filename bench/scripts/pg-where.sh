@@ -3,7 +3,9 @@
 # prints, beside the bench's own report, what the machine and the database did meanwhile: the
 # busy CPU seconds of the whole machine (the database's is that less the server's and the
 # bench's), the database's commits (pg_stat_database.xact_commit) and its WAL flushes (pg_stat_wal.wal_sync).
-# Divided by the run's operations, these say how many transactions and flushes one request costs.
+# Divided by the run's operations, these say how many transactions and flushes one request costs,
+# roughly: the database's backends report their statistics about once a second and when they
+# exit, which can be after this script reads them, so the counts can fall short.
 #
 #   bench/scripts/pg-where.sh [--server-bin BIN] SCENARIO [INSTANCES]
 #
