@@ -54,8 +54,8 @@ pub const MIRRORS: &[Mirror] = &[
     ),
     m(
         "Claim",
-        "server/src/store/postgres/write.rs",
-        "cas_applies(revision as u64, rec.revision, guard)",
+        "server/src/store/postgres/batch.rs",
+        "let cas = match view.check(&id, write) {",
     ),
     m(
         "Acknowledged",
@@ -180,7 +180,12 @@ pub const MIRRORS: &[Mirror] = &[
     m(
         "SweepEnd",
         "server/src/store/postgres/write.rs",
-        "Some(term) => lease::fenced(&tx, lease::SWEEP, &me, term).await,",
+        "lease::fenced(&tx, lease::SWEEP, &me, term),",
+    ),
+    m(
+        "SweepEnd",
+        "server/src/store/postgres/write.rs",
+        "cas_applies(revision as u64, rec.revision, guard)",
     ),
     m(
         "Crash",

@@ -6,7 +6,8 @@
 use thiserror::Error;
 
 /// A storage failure. Nothing half-written is left behind: every write is one atomic batch.
-#[derive(Debug, Error)]
+/// `Clone`: a batched write's failure is every member's answer.
+#[derive(Debug, Clone, Error)]
 pub enum StoreError {
     /// The backend failed (disk full, I/O error, corruption).
     #[error("storage error: {0}")]

@@ -35,6 +35,8 @@ use std::sync::Mutex;
 pub const MAX_ENTRIES: usize = 50_000;
 /// Most bytes of record bodies held (as stored, their JSON's length).
 pub const MAX_BYTES: usize = 64 << 20;
+/// The largest record cached (a 64th of [`MAX_BYTES`]): larger ones are read each time.
+pub const MAX_RECORD: usize = MAX_BYTES / 64;
 
 /// The cache; see the module's documentation for its rules.
 #[derive(Default)]
@@ -90,7 +92,7 @@ impl RecordCache {
     /// heard of a change to `id` since, or holds something newer.
     pub fn filled(&self, rec: &ProposalRecord, size: usize, ticket: Ticket) {
         let mut inner = self.lock();
-        if !inner.live || size > MAX_BYTES / 64 {
+        if !inner.live || size > MAX_RECORD {
             return;
         }
         let keep = match inner.map.get(rec.id()) {
@@ -125,7 +127,7 @@ impl RecordCache {
             }) => *stamp <= ticket.0,
             None => inner.floor <= ticket.0,
         };
-        let keep = mine && size <= MAX_BYTES / 64;
+        let keep = mine && size <= MAX_RECORD;
         inner.put(rec.id().clone(), keep.then(|| rec.clone()), size);
     }
 
@@ -150,7 +152,8 @@ impl RecordCache {
         inner.live = live;
     }
 
-    /// How many entries are held (for tests).
+    /// How many entries are held.
+    #[cfg(test)]
     pub fn entries(&self) -> usize {
         self.lock().map.len()
     }
@@ -288,7 +291,7 @@ mod tests {
     fn a_flood_of_records_is_held_within_the_bounds_and_an_evicted_id_is_not_refilled_stale() {
         let c = live();
         let stale = c.before_read();
-        let big = MAX_BYTES / 64;
+        let big = MAX_RECORD;
         for n in 0..(MAX_BYTES / big + 10) {
             let t = c.before_read();
             c.filled(&rev(&format!("p-{n}"), 1), big, t);

@@ -117,8 +117,6 @@ pub struct PgStore {
     batcher: tokio::sync::mpsc::UnboundedSender<batch::Request>,
     /// What the batches did (for benchmarks and tests).
     batch_stats: Arc<batch::BatchStats>,
-    /// The claim lease in milliseconds, shared with the batcher.
-    lease_ms: Arc<std::sync::atomic::AtomicI64>,
     /// Records read or written here, kept exact by the listener ([`cache`]).
     cache: Arc<cache::RecordCache>,
 }
@@ -185,23 +183,18 @@ impl PgStore {
         let outbox = Arc::new(Mutex::new(OutboxState::default()));
         let cache = Arc::new(cache::RecordCache::default());
         let batch_stats = Arc::new(batch::BatchStats::default());
-        let lease_ms = Arc::new(std::sync::atomic::AtomicI64::new(
-            DEFAULT_LEASE.as_millis() as i64
-        ));
         let batcher = batch::start(
             &rt,
             batch::Shared {
                 pool: pool.clone(),
                 outbox: outbox.clone(),
                 instance: instance.clone(),
-                lease_ms: lease_ms.clone(),
                 cache: cache.clone(),
                 stats: batch_stats.clone(),
             },
         );
         let mut store = Self {
             batcher,
-            lease_ms,
             batch_stats,
             cache,
             rt: Some(rt),
@@ -245,10 +238,6 @@ impl PgStore {
     /// and with it the leadership lease ([`lease::Leadership::lease_for`]).
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
-        self.lease_ms.store(
-            lease.as_millis() as i64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
         self.leadership.set_claim_lease(lease);
         self
     }

@@ -176,28 +176,16 @@ impl PgStore {
 
 impl PgStore {
     /// [`Store::end_expired_claim`] made under sweep leadership term `term` (the one
-    /// this instance believes it holds): applied only if that term is current inside
-    /// the transaction ([`lease::fenced`]).
+    /// this instance believes it holds), in a transaction of its own (not batched:
+    /// its conditions are read inside it): the compare-and-swap on the revision, the
+    /// lease having run out (read on the database clock under the row's lock), and
+    /// that term still current ([`lease::fenced`]).
     pub(super) fn write_fenced(
         &self,
         new: &ProposalRecord,
         events: Vec<AuditEvent>,
         term: Option<i64>,
     ) -> Result<Cas, StoreError> {
-        self.write_record(new, events, Some(term))
-    }
-
-    /// [`Store::update`], and with `expired_claim_as` [`Store::end_expired_claim`]:
-    /// the compare-and-swap on the revision (and then on the lease having run out,
-    /// read on the database clock under the row's lock, and on the sweep leader's
-    /// term being current) in one transaction.
-    pub(super) fn write_record(
-        &self,
-        new: &ProposalRecord,
-        events: Vec<AuditEvent>,
-        expired_claim_as: Option<Option<i64>>,
-    ) -> Result<Cas, StoreError> {
-        let only_expired_lease = expired_claim_as.is_some();
         let (pool, rec, outbox, me) = (
             self.pool.clone(),
             new.clone(),
@@ -217,16 +205,10 @@ impl PgStore {
                 "SELECT revision, body, status, agent, \
                  COALESCE(lease_until < {DB_NOW_MS}, false) FROM records WHERE id = $1 FOR UPDATE"
             );
-            let fence = async {
-                match expired_claim_as {
-                    None => Ok(true),
-                    Some(term) => lease::fenced(&tx, lease::SWEEP, &me, term).await,
-                }
-            };
             let (head, row, leads) = futures::try_join!(
                 lock_head(&tx),
                 query_opt(&tx, &select_row, &by_id),
-                fence
+                lease::fenced(&tx, lease::SWEEP, &me, term),
             )?;
             let Some(row) = row else {
                 return Ok((Cas::Missing, 0));
@@ -237,13 +219,9 @@ impl PgStore {
                 tracing::warn!(%id, "not ending an expired claim: this instance's sweep leadership term is over (another instance leads)");
             }
             // The rule is core's (`approval_core::claim`), shared with sled and the model.
-            let guard = if only_expired_lease {
-                Guard::ExpiredClaim {
-                    lease_expired,
-                    term_current: leads,
-                }
-            } else {
-                Guard::Revision
+            let guard = Guard::ExpiredClaim {
+                lease_expired,
+                term_current: leads,
             };
             if !cas_applies(revision as u64, rec.revision, guard) {
                 let cur = decode_record(&id, row.get(1))?;
