@@ -227,6 +227,13 @@ async fn a_backup_with_no_server_running_opens_the_store_itself() -> Result<()> 
     for m in &made {
         ensure!(mcp.status(&m.id).await?.status() == m.status, "{}", m.id);
     }
+    // A mistyped --data: refused by name, and no store is made there.
+    let wrong = w.path().join("no-such-data");
+    let out = backup(&wrong, &w.path().join("wrong.backup"))?;
+    ensure!(!out.status.success(), "{out}");
+    ensure!(out.stderr.contains("no store in"), "{out}");
+    ensure!(!wrong.exists(), "a store was made in the mistyped folder");
+    ensure!(!w.path().join("wrong.backup").exists(), "{out}");
     Ok(())
 }
 

@@ -171,5 +171,25 @@ async fn import_tools_gates_the_named_tools_and_its_printed_check_runs_as_printe
     );
     let moved = std::fs::read_to_string(w.policies.join("fs.move_file.toml"))?;
     assert!(moved.contains("\n# pass_through = "), "{moved}");
+
+    // A tool an earlier policy passes through cannot be gated beside that list (agents
+    // would still call it without approval); the default sweep skips it, saying why.
+    let gate_passed = import(&["--tool", "read_text_file"])?;
+    assert!(!gate_passed.status.success(), "{gate_passed}");
+    assert!(
+        gate_passed
+            .stderr
+            .contains("--tool \"read_text_file\" is passed through (called without approval) by"),
+        "{gate_passed}"
+    );
+    assert!(!w.policies.join("fs.read_text_file.toml").exists());
+    let sweep = import(&[])?;
+    assert!(
+        sweep
+            .stdout
+            .contains("skipped tool \"read_text_file\": passed through by"),
+        "{sweep}"
+    );
+    assert!(!w.policies.join("fs.read_text_file.toml").exists());
     Ok(())
 }

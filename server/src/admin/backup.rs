@@ -158,6 +158,12 @@ fn from_server(
     // A refusal is one line starting `error: `; a backup starts with its magic.
     let mut start = Vec::new();
     (&mut s).take(16).read_to_end(&mut start)?;
+    if start.is_empty() {
+        bail!(
+            "the server closed the connection without answering (it serves a few admin \
+             connections at a time): retry in a moment"
+        );
+    }
     if start.starts_with(b"error: ") {
         let mut rest = Vec::new();
         (&mut s).take(1024).read_to_end(&mut rest)?;
@@ -174,6 +180,14 @@ fn from_server(
 }
 
 fn from_store(data: &Path, file: &mut std::fs::File) -> anyhow::Result<()> {
+    // Opening makes a store where there is none: a mistyped --data would be "backed
+    // up" as a new, empty store, and left behind.
+    if !data.join("store").is_dir() {
+        bail!(
+            "no store in {}: name the data folder a server ran with (--data DIR)",
+            data.display()
+        );
+    }
     let store = SledStore::open(&data.join("store")).with_context(|| {
         format!(
             "cannot open the store in {} (no server answered on {SOCKET_FILE}; if one runs \
@@ -189,7 +203,7 @@ fn from_store(data: &Path, file: &mut std::fs::File) -> anyhow::Result<()> {
     let made_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let by = concat!("approval-server ", env!("CARGO_PKG_VERSION"));
     let mut out = std::io::BufWriter::new(file);
-    store.snapshot_to(&made_at, by, &files, &mut out)?;
+    store.snapshot_to(&made_at, by, &files, &mut out, None)?;
     out.flush()?;
     Ok(())
 }
@@ -249,10 +263,8 @@ fn make(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let made = tmp.keep();
-    if target.exists() {
-        std::fs::remove_dir(&target)
-            .with_context(|| format!("cannot replace the empty {}", target.display()))?;
-    }
+    // rename(2) replaces an empty directory atomically; anything else fails here and
+    // the restored folder (which holds the identity key) is removed.
     if let Err(e) = std::fs::rename(&made, &target) {
         let _ = std::fs::remove_dir_all(&made);
         bail!("cannot name the restored folder {}: {e}", target.display());

@@ -261,10 +261,34 @@ pub async fn import(
             .filter_map(|n| listed.get(&n).map(|p| (n, p.clone())))
             .collect(),
     };
+    // A tool an earlier policy passes through is called without approval: a gating
+    // policy for it beside that list would read as a gate that is not there.
+    if let Some((name, file)) = gated
+        .iter()
+        .filter(|n| selection.tools.contains(n))
+        .find_map(|n| listed.get(n).map(|f| (n, f)))
+    {
+        anyhow::bail!(
+            "--tool {name:?} is passed through (called without approval) by {}: remove it \
+             from that policy's pass_through first, then gate it",
+            file.display()
+        );
+    }
     for name in gated {
         let Some(t) = tools.iter().find(|t| t.name == name) else {
             continue;
         };
+        if let Some(file) = listed.get(&name) {
+            report.done.push(Imported::Skipped {
+                tool: name,
+                why: format!(
+                    "passed through by {} (called without approval); to gate it, remove it \
+                     there and run again with --tool",
+                    file.display()
+                ),
+            });
+            continue;
+        }
         let kind = match Kind::parse(&format!("{prefix}.{name}")) {
             Ok(k) => k,
             Err(e) => {

@@ -23,8 +23,6 @@ use std::path::Path;
 pub struct Summary {
     /// The server the copy is of.
     pub server_id: String,
-    /// Store entries.
-    pub entries: u64,
     /// Proposals.
     pub proposals: u64,
     /// Audit entries, checked as a chain.
@@ -38,6 +36,11 @@ pub type Items<'a> = dyn FnMut() -> Result<Option<Item>, StoreError> + 'a;
 /// What [`SledStore::restore_into`] hands each file of the data folder to.
 pub type FileSink<'a> = dyn FnMut(&str, &[u8]) -> Result<(), StoreError> + 'a;
 
+/// How long a running server's copy may hold the writer lock: half the fail-stop
+/// watchdog's deadline, so a write queued behind the copy never trips it.
+pub const LIVE_COPY_LIMIT: std::time::Duration =
+    std::time::Duration::from_secs(crate::store::failstop::STALL_DEADLINE.as_secs() / 2);
+
 fn io(e: std::io::Error) -> StoreError {
     StoreError::Backend(format!("cannot write the backup: {e}"))
 }
@@ -45,12 +48,18 @@ fn io(e: std::io::Error) -> StoreError {
 impl SledStore {
     /// Writes every entry of the store, then `files` (name and bytes), in the backup
     /// format; returns the checksum. `made_at` and `made_by` go into the header.
+    ///
+    /// `lock_limit`: how long the copy may hold the writer lock (a running server's
+    /// copy, [`LIVE_COPY_LIMIT`]); past it the copy stops with a clear refusal rather
+    /// than holding every write until the fail-stop watchdog ends the server. `None`
+    /// for a stopped store, which nobody else writes.
     pub fn snapshot_to(
         &self,
         made_at: &str,
         made_by: &str,
         files: &[(&str, Vec<u8>)],
         out: &mut dyn std::io::Write,
+        lock_limit: Option<std::time::Duration>,
     ) -> Result<String, StoreError> {
         let layout = self
             .tree
@@ -68,9 +77,19 @@ impl SledStore {
         let mut w = Writer::start(out, &header).map_err(io)?;
         {
             let _held = self.writer();
-            for item in self.tree.iter() {
+            let started = std::time::Instant::now();
+            for (n, item) in self.tree.iter().enumerate() {
                 let (k, v) = item?;
                 w.entry(&k, &v).map_err(io)?;
+                if n % 1024 == 1023 && lock_limit.is_some_and(|l| started.elapsed() > l) {
+                    return Err(StoreError::Backend(format!(
+                        "the store did not copy within {} s while the server runs (writes wait \
+                         for the copy, and the server stops after {} s of a held write): stop \
+                         the server and run `approval-server backup` on the stopped store",
+                        lock_limit.map_or(0, |l| l.as_secs()),
+                        crate::store::failstop::STALL_DEADLINE.as_secs()
+                    )));
+                }
             }
         }
         for (name, bytes) in files {
@@ -140,7 +159,6 @@ impl SledStore {
             .map_err(|e| corrupt(key::AUDIT_HEAD, format!("the audit chain is broken: {e}")))?;
         Ok(Summary {
             server_id: self.server_id.to_string(),
-            entries: self.tree.len() as u64,
             proposals,
             audit_entries,
             head: head.map(|(_, h)| h),
@@ -153,7 +171,6 @@ impl SledStore {
 /// file it received, before it keeps it.
 #[derive(Default)]
 pub struct Tally {
-    entries: u64,
     proposals: u64,
     audit: Vec<AuditEntry>,
     head: Option<(u64, Sha256Hex)>,
@@ -162,7 +179,6 @@ pub struct Tally {
 impl Tally {
     /// Takes one entry into account.
     pub fn add(&mut self, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
-        self.entries += 1;
         if k.starts_with(key::RECORD) {
             super::decode_record(k, v)?;
             self.proposals += 1;
@@ -183,7 +199,6 @@ impl Tally {
             .map_err(|e| corrupt(key::AUDIT_HEAD, format!("the audit chain is broken: {e}")))?;
         Ok(Summary {
             server_id: server_id.to_owned(),
-            entries: self.entries,
             proposals: self.proposals,
             audit_entries,
             head: head.map(|(_, h)| h),
@@ -231,7 +246,7 @@ mod tests {
     fn snapshot(store: &SledStore) -> Vec<u8> {
         let mut out = Vec::new();
         store
-            .snapshot_to("2026-12-07T00:00:00Z", "test", &[], &mut out)
+            .snapshot_to("2026-12-07T00:00:00Z", "test", &[], &mut out, None)
             .unwrap();
         out
     }
@@ -346,5 +361,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("postgres store"), "{e}");
+    }
+
+    /// A live copy that would hold the writer lock past its limit stops with a clear
+    /// refusal (and lets writes go on) instead of running into the fail-stop deadline;
+    /// a stopped store's copy has no limit.
+    #[test]
+    fn a_live_copy_past_its_lock_limit_is_refused_and_releases_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(&dir.path().join("a")).unwrap();
+        let lim = PendingLimits::default();
+        for n in 0..=255u8 {
+            for t in 0..3 {
+                let r = contract::record(
+                    &contract::minted(1_800_000_000 + t, n),
+                    "local",
+                    1_800_000_000,
+                );
+                store
+                    .create(&r, contract::ev(AuditKind::Proposed, &r), lim)
+                    .unwrap();
+            }
+        }
+        let mut out = Vec::new();
+        let err = store
+            .snapshot_to("t", "test", &[], &mut out, Some(std::time::Duration::ZERO))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stop the server"), "{err}");
+        // The lock is free again: a write goes through, and an offline copy is whole.
+        let r = contract::record(&contract::minted(1_900_000_000, 1), "local", 1_900_000_000);
+        store.create(&r, vec![], lim).unwrap();
+        let (h, its) = items(&snapshot(&store));
+        assert_eq!(tally(&h, &its).unwrap().proposals, 3 * 256 + 1);
+    }
+
+    /// A store whose outbox holds a key of the wrong shape (a damaged folder, a
+    /// crafted backup restored) is refused with the key named, never a panic.
+    #[test]
+    fn a_misshapen_outbox_key_is_named_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        drop(SledStore::open(&path).unwrap());
+        {
+            let db = sled::open(&path).unwrap();
+            let mut k = key::OUTBOX.to_vec();
+            k.push(b'x');
+            let tree = db.open_tree("state").unwrap();
+            tree.insert(k, &b"{}"[..]).unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledStore::open(&path).err().expect("refused").to_string();
+        assert!(err.contains("outbox key is not a number"), "{err}");
     }
 }

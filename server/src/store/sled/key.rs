@@ -109,14 +109,21 @@ pub fn policy(hash: &Sha256Hex) -> Vec<u8> {
     join(&[POLICY, hash.as_bytes()])
 }
 
+/// The number of an outbox key (`OUTBOX` + 8 big-endian bytes); any other shape
+/// (a damaged store, a crafted backup) is named, never a panic.
+pub fn outbox_seq(k: &[u8]) -> Result<u64, crate::store::StoreError> {
+    k.get(OUTBOX.len()..)
+        .and_then(|n| <[u8; 8]>::try_from(n).ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| super::corrupt(k, "outbox key is not a number"))
+}
+
 /// One outbox entry from its key (`OUTBOX` + the big-endian number) and value; a key
 /// or item that does not decode is named.
 pub fn outbox_entry(
     (k, v): (sled::IVec, sled::IVec),
 ) -> Result<(u64, crate::store::OutboxItem), crate::store::StoreError> {
-    let seq = <[u8; 8]>::try_from(&k[OUTBOX.len()..])
-        .map(u64::from_be_bytes)
-        .map_err(|_| super::corrupt(&k, "outbox key is not a number"))?;
+    let seq = outbox_seq(&k)?;
     let it: crate::store::OutboxItem =
         serde_json::from_slice(&v).map_err(|e| super::corrupt(&k, e))?;
     Ok((seq, it))

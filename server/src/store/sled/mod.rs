@@ -258,7 +258,7 @@ impl SledStore {
         let after_last = match tree.scan_prefix(key::OUTBOX).keys().next_back() {
             Some(k) => {
                 let k = k?;
-                read_u64(Some(k.subslice(key::OUTBOX.len(), 8))) + 1
+                key::outbox_seq(&k)? + 1
             }
             None => 1,
         };
@@ -779,7 +779,8 @@ impl Store for SledStore {
         files: &[(&str, Vec<u8>)],
         out: &mut dyn std::io::Write,
     ) -> Result<String, StoreError> {
-        self.snapshot_to(made_at, made_by, files, out)
+        // The running server's copy (the admin socket's): bounded under the lock.
+        self.snapshot_to(made_at, made_by, files, out, Some(backup::LIVE_COPY_LIMIT))
     }
 }
 
