@@ -61,7 +61,20 @@ where
         // or the current value on failure. We want to keep
         // looping as long as it returns true, so we don't need
         // any explicit conversion here.
-        while self.init_mu.compare_and_swap(false, true, SeqCst) {}
+        // Patched (PATCHES.md §8): give way while another thread initialises.
+        // `threadpool::init_queue` starts its worker threads while it holds this
+        // flag, and each of them derefs the queue at once; a bare spin kept them on
+        // the CPU the initialiser needed (on a 2-core machine, and under callgrind,
+        // for whole time slices).
+        let mut spins = 0u32;
+        while self.init_mu.compare_and_swap(false, true, SeqCst) {
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
 
         {
             let value_ptr = self.value.load(Acquire);
