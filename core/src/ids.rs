@@ -145,7 +145,9 @@ impl ProposalId {
 pub fn order_key_of(id: &[u8]) -> Vec<u8> {
     let minted = id.len() == 2 + ID_RANDOM_HEX + ID_TIME_HEX
         && id.starts_with(b"p-")
-        && id[2..].iter().all(|b| HEX_DIGITS.contains(b));
+        && id[2..]
+            .iter()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if !minted {
         return id.to_vec();
     }
