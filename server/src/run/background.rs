@@ -111,8 +111,17 @@ pub(super) fn spawn_background(
                     Err(RecvError::Lagged(_)) => None,
                     Err(RecvError::Closed) => return,
                 };
-                let svc = svc.clone();
-                let _ = tokio::task::spawn_blocking(move || svc.announce_remote(id)).await;
+                match id {
+                    // Numbering and broadcasting an id touches no store: done here,
+                    // without a hand-off to the blocking pool for every NOTIFY.
+                    Some(id) => svc.announce_remote(Some(id)),
+                    // A re-read after missed events lists the store: on the pool.
+                    None => {
+                        let svc = svc.clone();
+                        let _ =
+                            tokio::task::spawn_blocking(move || svc.announce_remote(None)).await;
+                    }
+                }
             }
         });
     }
