@@ -299,12 +299,11 @@ fn fill(dir: &Path, input: std::fs::File) -> anyhow::Result<(Summary, String)> {
     if let Some(e) = failed {
         return Err(e.into());
     }
-    r?;
+    let store = r?;
     let checksum = reader
         .checksum()
         .map(str::to_owned)
         .context("the backup file has no end")?;
-    let store = SledStore::open(&dir.join("store"))?;
     let summary = store.check()?;
     if summary.server_id != header.server_id {
         bail!(

@@ -12,7 +12,8 @@
 //! face): [`failstop`] wraps any store; the backends [`sled`] and [`postgres`]
 //! supply primitive operations; `group_commit` shares fsyncs; `api` is the
 //! contract; `shared` (encoding, schema check, audit sealing, pending counters),
-//! `page` (listing types and the one page walk) and [`outbox`] (its entry, which
+//! `page` (listing types and the one page walk), `memo` (decoded records by their
+//! bytes, for the embedded store's reads) and [`outbox`] (its entry, which
 //! changes queue which, the cap) are the write rules written once; `error` is the
 //! leaf. The store never imports notify, the service, run, executors or transports.
 
@@ -22,6 +23,7 @@ pub(crate) mod contract;
 mod error;
 pub mod failstop;
 mod group_commit;
+mod memo;
 pub mod outbox;
 mod page;
 pub mod postgres;

@@ -100,13 +100,18 @@ impl SledStore {
 
     /// Makes a store in `dir` (which must not hold one) from a backup's items,
     /// handing every [`Item::File`] to `file`; stops at the first error. The store is
-    /// flushed; it is checked by [`SledStore::check`], not here.
+    /// flushed and returned open; it is checked by [`SledStore::check`], not here.
+    ///
+    /// Returned open rather than reopened by the caller: a sled database dropped
+    /// while its thread pool still writes keeps its file (and the file's lock) open
+    /// a little longer, and an open right after it failed ("could not acquire lock")
+    /// under disk load (`copies_taken_during_writes_hold_a_chain_that_verifies`).
     pub fn restore_into(
         dir: &Path,
         header: &Header,
         items: &mut Items<'_>,
         file: &mut FileSink<'_>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<SledStore, StoreError> {
         if header.store != "sled" {
             return Err(StoreError::Layout(format!(
                 "the backup is of a {} store; this command restores the embedded store",
@@ -120,10 +125,7 @@ impl SledStore {
                 header.layout
             )));
         }
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(super::CACHE_BYTES)
-            .open()?;
+        let db = super::settings::config(dir).open()?;
         let tree = db.open_tree("state")?;
         let mut batch = sled::Batch::default();
         let mut in_batch = 0usize;
@@ -142,7 +144,7 @@ impl SledStore {
         }
         tree.apply_batch(batch)?;
         db.flush()?;
-        Ok(())
+        Self::on(db, dir)
     }
 
     /// Reads every record and the whole audit chain: the records decode, the chain
@@ -239,8 +241,7 @@ mod tests {
         let mut it = items.into_iter();
         let mut next = || -> Result<Option<Item>, StoreError> { Ok(it.next()) };
         let mut file = |_: &str, _: &[u8]| -> Result<(), StoreError> { Ok(()) };
-        SledStore::restore_into(dir, h, &mut next, &mut file)?;
-        SledStore::open(dir)?.check()
+        SledStore::restore_into(dir, h, &mut next, &mut file)?.check()
     }
 
     fn snapshot(store: &SledStore) -> Vec<u8> {

@@ -16,22 +16,20 @@
 //! counters in memory, so a write reads only the record it changes. Readers
 //! never take the lock.
 //!
-//! Flushes are grouped: a request that needs its write on disk takes a ticket;
-//! one flusher fsyncs for every ticket issued before it started, and the others
-//! wait for it rather than each paying for an fsync of their own
-//! ([`GroupCommit`](super::group_commit::GroupCommit)). Durability is never skipped, only shared. The writer lock
-//! is never held across an fsync. Inside sled the same holds one level down
-//! (vendor/sled/PATCHES.md §6): a batch's log buffers are written without a sync, and
-//! the flush syncs the log file once for all of them.
+//! Flushes are grouped ([`GroupCommit`](super::group_commit::GroupCommit)): one
+//! flusher fsyncs for every ticket issued before it started, the others wait for it.
+//! Durability is never skipped, only shared; the writer lock is never held across an
+//! fsync. Inside sled the same holds one level down (vendor/sled/PATCHES.md §6).
 //!
-//! May import: the store's contract, `shared`, `page`, `outbox`, `audit`, `record`, core.
+//! May import: the store's contract, `shared`, `page`, `memo`, `outbox`, `audit`, `record`, core.
 
 use super::api::{AuditLog, Cas, PendingLimits, Store};
 use super::error::StoreError;
+use super::memo::DecodeMemo;
 use super::outbox::{due::Pick, OutboxItem, OutboxState};
-use super::page::decode_head;
-use super::page::{walk, IndexEntries};
-use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
+use super::page::{
+    decode_head, walk, Cursor, HeadPage, IndexEntries, ListIndex, RecordHead, RecordPage,
+};
 use super::shared::{self, encode, moved, pending_delta, seal};
 use crate::audit::{self, AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
@@ -55,15 +53,17 @@ mod backup;
 mod config;
 mod key;
 mod marks;
+mod settings;
+
+pub use settings::{CACHE_BYTES, CHECKPOINT_BYTES, CHECKPOINT_BYTES_ENV};
 
 /// The layout of keys written by this build; see [`key`]. Layout 1 (one sled
 /// tree per kind of entry, written with sled transactions) is refused by name.
 ///
 /// Layout 3 files the records of minted ids ([`ProposalId::mint`]) under their
-/// creation-ordered key; it reads layout 2, whose records all keep their id as key, so
-/// a layout-2 folder is marked 3 when this build opens it. The mark is what makes a
-/// layout-2 build refuse the folder afterwards, instead of missing every record made
-/// since.
+/// creation-ordered key; it reads layout 2 (every record under its id), and marks such a
+/// folder 3 when it opens it, so a layout-2 build refuses it afterwards instead of
+/// missing every record made since.
 const LAYOUT: &str = "3";
 
 /// The earlier layout this build reads as it is, and upgrades by its mark alone.
@@ -71,31 +71,6 @@ const LAYOUT_READ: &str = "2";
 
 /// Trees of layout 1, whose presence means an older build made the folder.
 const LAYOUT_1_TREES: [&[u8]; 3] = [b"meta", b"proposals", b"audit"];
-
-/// sled's page cache size. 160 MiB keeps the server's peak RSS under 512 MiB through a fill of
-/// 1,000,000 proposals with checkpoints running (467 MiB, against 597 MiB at 256 MiB), with the
-/// same throughput and large-store latencies (BENCHMARKS.md, round 14).
-pub const CACHE_BYTES: u64 = 160 * 1024 * 1024;
-
-/// How much log may become durable before sled writes a new recovery snapshot
-/// (vendor/sled/PATCHES.md §7). A start after a crash replays the log written
-/// since the last snapshot, so this bounds it: about 0.5 s of replay on the
-/// 2-core machines of BENCHMARKS.md, against 8 s for the 4 GiB that a fill of
-/// 1,000,000 proposals leaves when sled snapshots only at open. Each checkpoint
-/// reads that log back once, on sled's flusher thread.
-pub const CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Overrides [`CHECKPOINT_BYTES`], for tests that must see checkpoints happen
-/// often (the crash harness SIGKILLs the server in the middle of them).
-pub const CHECKPOINT_BYTES_ENV: &str = "APPROVAL_SLED_CHECKPOINT_BYTES";
-
-fn checkpoint_bytes() -> u64 {
-    std::env::var(CHECKPOINT_BYTES_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(CHECKPOINT_BYTES)
-}
 
 #[derive(Serialize, Deserialize)]
 struct Head {
@@ -141,6 +116,7 @@ pub struct SledStore {
     tree: sled::Tree,
     server_id: ServerId,
     writer: Mutex<Writer>,
+    memo: DecodeMemo, // a record read again with the same bytes is not parsed again
 }
 
 fn read_u64(v: Option<sled::IVec>) -> u64 {
@@ -167,14 +143,11 @@ fn decode_indexed(key: &[u8], bytes: &[u8]) -> Result<Indexed, StoreError> {
 impl SledStore {
     /// Opens (or creates) the store in `dir`. The server id is made on first open.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .mode(sled::Mode::HighThroughput)
-            // sled's default page cache is 1 GiB; a bounded cache keeps the server's
-            // memory bounded however many proposals the store holds.
-            .cache_capacity(CACHE_BYTES)
-            .checkpoint_every_bytes(Some(checkpoint_bytes()))
-            .open()?;
+        Self::on(settings::config(dir).open()?, dir)
+    }
+
+    /// The store over `db` (opened on `dir`): layout checked, server id and writer read.
+    fn on(db: sled::Db, dir: &Path) -> Result<Self, StoreError> {
         let names = db.tree_names();
         if LAYOUT_1_TREES
             .iter()
@@ -214,6 +187,7 @@ impl SledStore {
             tree,
             server_id,
             writer: Mutex::new(writer),
+            memo: DecodeMemo::default(),
         })
     }
 
@@ -525,7 +499,7 @@ impl Store for SledStore {
     fn get(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         let k = key::record(id);
         match self.tree.get(&k)? {
-            Some(v) => Ok(Some(decode_record(&k, &v)?)),
+            Some(v) => Ok(Some(self.memo.decode(id, &v, |b| decode_record(&k, b))?)),
             None => Ok(None),
         }
     }

@@ -1,0 +1,189 @@
+//! Decoded records, remembered by the exact bytes they were decoded from.
+//!
+//! A status read on the embedded store spent a sixth of its instructions parsing the
+//! record's JSON (BENCHMARKS.md, round 15, "the embedded read"). A sequential agent
+//! polls the same record over and over, and the bytes only change when the record
+//! does. So a read fetches the stored bytes as before (the store stays the one
+//! truth), and when they are the very bytes this memo decoded last time for that id,
+//! it answers a copy of that decoding instead of parsing again.
+//!
+//! **Exact by construction.** Decoding is a pure function of the bytes, and a hit
+//! needs the whole stored value to be equal, byte for byte, to what was decoded.
+//! Nothing is ever invalidated: a record that changed simply misses, is decoded,
+//! and replaces its entry. No write path touches the memo, so no ordering between a
+//! write and a read can make it answer anything but what the bytes say.
+//!
+//! **Bounded.** At most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] of stored bytes;
+//! a value larger than [`MAX_VALUE`] is never kept; the oldest entries go first. An
+//! agent that reads many or large records of its own can only push other entries
+//! out, which costs a later read one parse, never a wrong answer or more memory.
+
+use crate::record::ProposalRecord;
+use approval_core::ProposalId;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// Most entries kept.
+pub const MAX_ENTRIES: usize = 4096;
+/// Most stored bytes kept (the decoded copies take about as much again).
+pub const MAX_BYTES: usize = 16 << 20;
+/// The largest stored value kept: larger ones are decoded on every read.
+pub const MAX_VALUE: usize = 256 << 10;
+
+/// The memo; see the module's documentation.
+#[derive(Default)]
+pub struct DecodeMemo {
+    inner: Mutex<Inner>,
+}
+
+/// One decoding and the bytes it came from.
+struct Entry {
+    bytes: Vec<u8>,
+    rec: ProposalRecord,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<ProposalId, Arc<Entry>>,
+    /// Ids in the order they were first kept, for eviction (an id replaced in
+    /// place keeps its place).
+    order: VecDeque<ProposalId>,
+    bytes: usize,
+}
+
+impl DecodeMemo {
+    /// The record `bytes` (stored under `id`) decode to: a copy of the remembered
+    /// decoding when `bytes` are exactly the ones it came from, else `decode(bytes)`,
+    /// which is then remembered if it succeeded.
+    pub fn decode<E>(
+        &self,
+        id: &ProposalId,
+        bytes: &[u8],
+        decode: impl FnOnce(&[u8]) -> Result<ProposalRecord, E>,
+    ) -> Result<ProposalRecord, E> {
+        let known = self.lock().map.get(id).cloned();
+        // Compared and copied outside the lock: readers of other ids do not wait.
+        if let Some(e) = known {
+            if e.bytes == bytes {
+                return Ok(e.rec.clone());
+            }
+        }
+        let rec = decode(bytes)?;
+        if bytes.len() <= MAX_VALUE {
+            self.keep(id, bytes, rec.clone());
+        }
+        Ok(rec)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn keep(&self, id: &ProposalId, bytes: &[u8], rec: ProposalRecord) {
+        let entry = Arc::new(Entry {
+            bytes: bytes.to_vec(),
+            rec,
+        });
+        let mut m = self.lock();
+        let added = entry.bytes.len();
+        match m.map.insert(id.clone(), entry) {
+            Some(old) => m.bytes -= old.bytes.len(),
+            None => m.order.push_back(id.clone()),
+        }
+        m.bytes += added;
+        while m.map.len() > MAX_ENTRIES || m.bytes > MAX_BYTES {
+            let Some(oldest) = m.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = m.map.remove(&oldest) {
+                m.bytes -= gone.bytes.len();
+            }
+        }
+    }
+
+    /// Entries and stored bytes held.
+    #[cfg(test)]
+    pub fn size(&self) -> (usize, usize) {
+        let m = self.lock();
+        (m.map.len(), m.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::shared;
+    use std::cell::Cell;
+
+    /// A record with id `p-<n>` and `note` in its payload, and its stored bytes.
+    fn record(n: usize, note: &str) -> (ProposalRecord, Vec<u8>) {
+        let mut rec = crate::store::contract::record(&format!("p-{n}"), "agent", 1_000);
+        rec.preview.payload = serde_json::json!({ "text": note });
+        let bytes = shared::encode(&rec).expect("encode");
+        (rec, bytes)
+    }
+
+    fn decode(parsed: &Cell<u32>) -> impl FnOnce(&[u8]) -> Result<ProposalRecord, String> + '_ {
+        move |b| {
+            parsed.set(parsed.get() + 1);
+            serde_json::from_slice(b).map_err(|e| e.to_string())
+        }
+    }
+
+    #[test]
+    fn the_same_bytes_are_parsed_once_and_other_bytes_always_again() {
+        let memo = DecodeMemo::default();
+        let parsed = Cell::new(0);
+        let (a, a_bytes) = record(1, "a");
+        assert_eq!(memo.decode(a.id(), &a_bytes, decode(&parsed)).unwrap(), a);
+        assert_eq!(memo.decode(a.id(), &a_bytes, decode(&parsed)).unwrap(), a);
+        assert_eq!(parsed.get(), 1);
+        // The record changed: its new bytes are parsed, never answered from the old.
+        let mut b = a.clone();
+        b.revision += 1;
+        let b_bytes = shared::encode(&b).unwrap();
+        assert_eq!(memo.decode(a.id(), &b_bytes, decode(&parsed)).unwrap(), b);
+        assert_eq!(parsed.get(), 2);
+        // Other bytes that decode to the same record are not a hit either.
+        let mut c_bytes = b_bytes.clone();
+        c_bytes.push(b' ');
+        assert_eq!(memo.decode(a.id(), &c_bytes, decode(&parsed)).unwrap(), b);
+        assert_eq!(parsed.get(), 3);
+        // A failed decoding is answered as the error and not kept.
+        let bad = b"{not json".to_vec();
+        assert!(memo.decode(a.id(), &bad, decode(&parsed)).is_err());
+        assert!(memo.decode(a.id(), &bad, decode(&parsed)).is_err());
+        assert_eq!(parsed.get(), 5);
+        assert_eq!(memo.size().0, 1);
+    }
+
+    #[test]
+    fn many_or_large_records_stay_within_the_bounds() {
+        // An agent reading many records of its own, then large ones: the memo keeps
+        // its bounds, and a value over MAX_VALUE is never kept.
+        let memo = DecodeMemo::default();
+        let parsed = Cell::new(0);
+        for i in 0..MAX_ENTRIES + 50 {
+            let (r, bytes) = record(i, "n");
+            memo.decode(r.id(), &bytes, decode(&parsed)).unwrap();
+        }
+        let (n, bytes) = memo.size();
+        assert_eq!(n, MAX_ENTRIES);
+        assert!(bytes <= MAX_BYTES);
+        let (big, big_bytes) = record(0, &"x".repeat(MAX_VALUE));
+        assert!(big_bytes.len() > MAX_VALUE);
+        memo.decode(big.id(), &big_bytes, decode(&parsed)).unwrap();
+        assert!(!memo.lock().map.contains_key(big.id()));
+        for i in 0..200 {
+            let (r, bytes) = record(100_000 + i, &"y".repeat(MAX_VALUE / 2));
+            memo.decode(r.id(), &bytes, decode(&parsed)).unwrap();
+        }
+        let (n, bytes) = memo.size();
+        assert!(bytes <= MAX_BYTES, "{bytes} bytes held");
+        assert!(
+            n < MAX_ENTRIES,
+            "the large ones pushed entries out by bytes"
+        );
+        assert_eq!(memo.lock().order.len(), n);
+    }
+}
