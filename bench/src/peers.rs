@@ -70,7 +70,8 @@ fn pairs() -> [Pair; 2] {
             seed_tool: "list_actions",
             seed_args: json!({}),
             prefill: LISTED,
-            target_ratio: 1.5,
+            // Issue #37's targets (round 14's were 1.5x and 3x).
+            target_ratio: 2.5,
         },
         Pair {
             name: "durable prepare vs propose_action",
@@ -80,7 +81,7 @@ fn pairs() -> [Pair; 2] {
             seed_tool: "propose_action",
             seed_args: json!({"kind": "k", "detail": "d"}),
             prefill: 0,
-            target_ratio: 3.0,
+            target_ratio: 4.0,
         },
     ]
 }
