@@ -1,11 +1,11 @@
 //! Decoded records, remembered by the exact bytes they were decoded from.
 //!
 //! A status read on the embedded store spent a sixth of its instructions parsing the
-//! record's JSON (BENCHMARKS.md, round 15, "the embedded read"). A sequential agent
-//! polls the same record over and over, and the bytes only change when the record
-//! does. So a read fetches the stored bytes as before (the store stays the one
-//! truth), and when they are the very bytes this memo decoded last time for that id,
-//! it answers a copy of that decoding instead of parsing again.
+//! record's JSON (BENCHMARKS.md, round 15, "a status read without its parse"). A
+//! sequential agent polls the same record over and over, and the bytes only change when
+//! the record does. So a read fetches the stored bytes as before (the store stays the
+//! one truth), and when they are the very bytes this memo decoded last time for that
+//! id, it answers a copy of that decoding instead of parsing again.
 //!
 //! **Exact by construction.** Decoding is a pure function of the bytes, and a hit
 //! needs the whole stored value to be equal, byte for byte, to what was decoded.
