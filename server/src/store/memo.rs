@@ -13,11 +13,14 @@
 //! and replaces its entry. No write path touches the memo, so no ordering between a
 //! write and a read can make it answer anything but what the bytes say.
 //!
-//! **Bounded.** At most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] of stored bytes;
-//! a value larger than [`MAX_VALUE`] is never kept; the oldest entries go first. An
+//! **Bounded.** At most [`MAX_ENTRIES`] entries and [`MAX_WEIGHT`] of memory, each
+//! entry counted as its bytes plus [`held_weight`] of them (what its decoding can
+//! hold, never less: a payload of `[0,0,…]` decodes to 16 times its bytes); an entry
+//! heavier than [`MAX_ENTRY_WEIGHT`] is never kept; the oldest entries go first. An
 //! agent that reads many or large records of its own can only push other entries
 //! out, which costs a later read one parse, never a wrong answer or more memory.
 
+use super::shared::held_weight;
 use crate::record::ProposalRecord;
 use approval_core::ProposalId;
 use std::collections::{HashMap, VecDeque};
@@ -25,10 +28,11 @@ use std::sync::{Arc, Mutex};
 
 /// Most entries kept.
 pub const MAX_ENTRIES: usize = 4096;
-/// Most stored bytes kept (the decoded copies take about as much again).
-pub const MAX_BYTES: usize = 16 << 20;
-/// The largest stored value kept: larger ones are decoded on every read.
-pub const MAX_VALUE: usize = 256 << 10;
+/// Most memory held, by the entries' weights (see the module's documentation).
+pub const MAX_WEIGHT: usize = 32 << 20;
+/// The heaviest entry kept (a 64th of [`MAX_WEIGHT`]): heavier records are decoded
+/// on every read.
+pub const MAX_ENTRY_WEIGHT: usize = MAX_WEIGHT / 64;
 
 /// The memo; see the module's documentation.
 #[derive(Default)]
@@ -36,10 +40,11 @@ pub struct DecodeMemo {
     inner: Mutex<Inner>,
 }
 
-/// One decoding and the bytes it came from.
+/// One decoding, the bytes it came from, and their weight.
 struct Entry {
     bytes: Vec<u8>,
     rec: ProposalRecord,
+    weight: usize,
 }
 
 #[derive(Default)]
@@ -48,7 +53,7 @@ struct Inner {
     /// Ids in the order they were first kept, for eviction (an id replaced in
     /// place keeps its place).
     order: VecDeque<ProposalId>,
-    bytes: usize,
+    weight: usize,
 }
 
 impl DecodeMemo {
@@ -69,8 +74,10 @@ impl DecodeMemo {
             }
         }
         let rec = decode(bytes)?;
-        if bytes.len() <= MAX_VALUE {
-            self.keep(id, bytes, rec.clone());
+        // The copy of the bytes, and what the decoding holds.
+        let weight = bytes.len().saturating_add(held_weight(bytes));
+        if weight <= MAX_ENTRY_WEIGHT {
+            self.keep(id, bytes, rec.clone(), weight);
         }
         Ok(rec)
     }
@@ -79,33 +86,33 @@ impl DecodeMemo {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn keep(&self, id: &ProposalId, bytes: &[u8], rec: ProposalRecord) {
+    fn keep(&self, id: &ProposalId, bytes: &[u8], rec: ProposalRecord, weight: usize) {
         let entry = Arc::new(Entry {
             bytes: bytes.to_vec(),
             rec,
+            weight,
         });
         let mut m = self.lock();
-        let added = entry.bytes.len();
         match m.map.insert(id.clone(), entry) {
-            Some(old) => m.bytes -= old.bytes.len(),
+            Some(old) => m.weight -= old.weight,
             None => m.order.push_back(id.clone()),
         }
-        m.bytes += added;
-        while m.map.len() > MAX_ENTRIES || m.bytes > MAX_BYTES {
+        m.weight += weight;
+        while m.map.len() > MAX_ENTRIES || m.weight > MAX_WEIGHT {
             let Some(oldest) = m.order.pop_front() else {
                 break;
             };
             if let Some(gone) = m.map.remove(&oldest) {
-                m.bytes -= gone.bytes.len();
+                m.weight -= gone.weight;
             }
         }
     }
 
-    /// Entries and stored bytes held.
+    /// Entries and weight held.
     #[cfg(test)]
     pub fn size(&self) -> (usize, usize) {
         let m = self.lock();
-        (m.map.len(), m.bytes)
+        (m.map.len(), m.weight)
     }
 }
 
@@ -160,30 +167,64 @@ mod tests {
     #[test]
     fn many_or_large_records_stay_within_the_bounds() {
         // An agent reading many records of its own, then large ones: the memo keeps
-        // its bounds, and a value over MAX_VALUE is never kept.
+        // its bounds, and an entry over MAX_ENTRY_WEIGHT is never kept.
         let memo = DecodeMemo::default();
         let parsed = Cell::new(0);
         for i in 0..MAX_ENTRIES + 50 {
             let (r, bytes) = record(i, "n");
             memo.decode(r.id(), &bytes, decode(&parsed)).unwrap();
         }
-        let (n, bytes) = memo.size();
+        let (n, weight) = memo.size();
         assert_eq!(n, MAX_ENTRIES);
-        assert!(bytes <= MAX_BYTES);
-        let (big, big_bytes) = record(0, &"x".repeat(MAX_VALUE));
-        assert!(big_bytes.len() > MAX_VALUE);
+        assert!(weight <= MAX_WEIGHT);
+        let (big, big_bytes) = record(0, &"x".repeat(MAX_ENTRY_WEIGHT));
+        assert!(big_bytes.len() > MAX_ENTRY_WEIGHT);
         memo.decode(big.id(), &big_bytes, decode(&parsed)).unwrap();
         assert!(!memo.lock().map.contains_key(big.id()));
         for i in 0..200 {
-            let (r, bytes) = record(100_000 + i, &"y".repeat(MAX_VALUE / 2));
+            let (r, bytes) = record(100_000 + i, &"y".repeat(MAX_ENTRY_WEIGHT / 4));
             memo.decode(r.id(), &bytes, decode(&parsed)).unwrap();
         }
-        let (n, bytes) = memo.size();
-        assert!(bytes <= MAX_BYTES, "{bytes} bytes held");
+        let (n, weight) = memo.size();
+        assert!(weight <= MAX_WEIGHT, "{weight} held");
         assert!(
             n < MAX_ENTRIES,
-            "the large ones pushed entries out by bytes"
+            "the large ones pushed entries out by weight"
         );
         assert_eq!(memo.lock().order.len(), n);
+    }
+
+    /// A record whose payload is `n` zeros in an array.
+    fn zeros(i: usize, n: usize) -> (ProposalRecord, Vec<u8>) {
+        let mut rec = crate::store::contract::record(&format!("p-z{i}"), "agent", 1_000);
+        rec.preview.payload = serde_json::json!({ "v": vec![0; n] });
+        let bytes = shared::encode(&rec).expect("encode");
+        (rec, bytes)
+    }
+
+    #[test]
+    fn payloads_that_decode_to_many_values_are_held_by_what_they_decode_to() {
+        // The attack: an agent files proposals whose payload is `[0,0,…]` (2 bytes of
+        // JSON, 32 bytes decoded, per element) and reads each one. Counted by stored
+        // bytes, 16 MiB of them would have held 256 MiB or more of decoded values.
+        let memo = DecodeMemo::default();
+        let parsed = Cell::new(0);
+        let per = 3_000;
+        for i in 0..2_000 {
+            let (r, bytes) = zeros(i, per);
+            memo.decode(r.id(), &bytes, decode(&parsed)).unwrap();
+        }
+        let (n, weight) = memo.size();
+        assert!(weight <= MAX_WEIGHT, "{weight} held");
+        let decoded = n * per * std::mem::size_of::<serde_json::Value>();
+        assert!(
+            decoded <= MAX_WEIGHT,
+            "{n} entries hold {decoded} bytes of values"
+        );
+        // One with a payload heavier than an entry may be is decoded, never kept.
+        let (r, bytes) = zeros(9_999, 20_000);
+        assert!(bytes.len() < MAX_ENTRY_WEIGHT);
+        memo.decode(r.id(), &bytes, decode(&parsed)).unwrap();
+        assert!(!memo.lock().map.contains_key(r.id()));
     }
 }

@@ -46,6 +46,24 @@ pub(crate) fn decode_record(key: &str, bytes: &[u8]) -> Result<ProposalRecord, S
     Ok(rec)
 }
 
+/// What a value decoded from `json` can hold in memory, never less: its bytes, plus
+/// [`VALUE_COST`] for every `,` `:` `[` `{` (each value or member the JSON can hold
+/// starts after one). Caches of decoded records count this, not the JSON's length:
+/// a payload like `[0,0,0,…]` takes 2 bytes of JSON per element and 32 bytes per
+/// decoded element (more while its array grows), so a bound on stored bytes alone
+/// let an agent make a cache hold 16 to 32 times its stated size.
+pub(crate) fn held_weight(json: &[u8]) -> usize {
+    let starts = json
+        .iter()
+        .filter(|b| matches!(b, b',' | b':' | b'[' | b'{'))
+        .count();
+    json.len().saturating_add(starts.saturating_mul(VALUE_COST))
+}
+
+/// The memory counted per decoded value or member: a `serde_json::Value` (32 bytes)
+/// at twice its size, for the spare room of growing arrays and maps and their keys.
+pub(crate) const VALUE_COST: usize = 64;
+
 /// Seals `events` into audit entries after the chain's head `(seq, hash)`; returns
 /// the entries and the new head (the old one when there are no events).
 pub(crate) fn seal(
@@ -95,4 +113,36 @@ pub fn check_mark_name(name: &str) -> Result<(), StoreError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use std::mem::size_of;
+
+    /// Shapes an agent can put in a payload, each of 60,000 elements: the weight is
+    /// never below what their decoding must hold (a `Value` per element, and a key
+    /// `String` per member).
+    #[test]
+    fn held_weight_is_never_below_the_decoded_values() {
+        let n = 60_000;
+        let zeros = format!("[{}0]", "0,".repeat(n - 1));
+        let empties = format!("[{}[]]", "[],".repeat(n - 1));
+        let members: Vec<String> = (0..n).map(|i| format!("\"{i}\":0")).collect();
+        let object = format!("{{{}}}", members.join(","));
+        for (json, floor) in [
+            (&zeros, n * size_of::<Value>()),
+            (&empties, n * size_of::<Value>()),
+            (&object, n * (size_of::<Value>() + size_of::<String>())),
+        ] {
+            let decoded: Value = serde_json::from_str(json).expect("valid JSON");
+            assert!(decoded.is_array() || decoded.is_object());
+            let w = held_weight(json.as_bytes());
+            assert!(w >= floor, "{w} < {floor} for {}", &json[..12]);
+        }
+        // A string of the same length is counted at about its bytes.
+        let text = format!("\"{}\"", "x".repeat(2 * n));
+        assert_eq!(held_weight(text.as_bytes()), text.len());
+    }
 }

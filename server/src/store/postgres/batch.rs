@@ -27,7 +27,7 @@
 use super::cache::{RecordCache, Ticket};
 use super::write::{head_of, Sql, LOCK_HEAD};
 use super::*;
-use crate::store::shared::{moved, pending_delta, seal};
+use crate::store::shared::{held_weight, moved, pending_delta, seal};
 use approval_core::claim::{Batch, BatchDecision, BatchWrite};
 use std::collections::HashMap;
 
@@ -114,7 +114,7 @@ async fn run(shared: &Shared, conn: &mut Option<deadpool_postgres::Object>, batc
                 ticket,
                 reply,
             } = r;
-            let size = body.len();
+            let size = held_weight(body.as_bytes());
             (
                 (reply, ticket),
                 Member {

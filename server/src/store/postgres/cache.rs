@@ -23,8 +23,10 @@
 //! it was before this cache by the long polls; no decision rests on a cached read,
 //! since every write is a compare-and-swap on the stored revision inside the database.
 //!
-//! Bounded: at most [`MAX_ENTRIES`] entries and [`MAX_BYTES`] of record bodies, the
-//! oldest evicted first, so an agent that creates large proposals grows it no further.
+//! Bounded: at most [`MAX_ENTRIES`] entries and [`MAX_WEIGHT`] of memory, each record
+//! counted as [`held_weight`](crate::store::shared::held_weight) of its body (what its
+//! decoding can hold, not its JSON's length), the oldest evicted first, so an agent
+//! that creates large or value-dense proposals grows it no further.
 
 use crate::record::ProposalRecord;
 use approval_core::ProposalId;
@@ -33,10 +35,11 @@ use std::sync::Mutex;
 
 /// Most entries (records and tombstones) held.
 pub const MAX_ENTRIES: usize = 50_000;
-/// Most bytes of record bodies held (as stored, their JSON's length).
-pub const MAX_BYTES: usize = 64 << 20;
-/// The largest record cached (a 64th of [`MAX_BYTES`]): larger ones are read each time.
-pub const MAX_RECORD: usize = MAX_BYTES / 64;
+/// Most memory held: the sum of the records' sizes, each the
+/// [`held_weight`](crate::store::shared::held_weight) of its body.
+pub const MAX_WEIGHT: usize = 64 << 20;
+/// The largest record cached (a 64th of [`MAX_WEIGHT`], by its size): larger ones are read each time.
+pub const MAX_RECORD: usize = MAX_WEIGHT / 64;
 
 /// The cache; see the module's documentation for its rules.
 #[derive(Default)]
@@ -55,7 +58,7 @@ struct Inner {
     stamp: u64,
     /// Reads that noted a stamp below this may not fill an absent id.
     floor: u64,
-    bytes: usize,
+    weight: usize,
 }
 
 struct Slot {
@@ -146,7 +149,7 @@ impl RecordCache {
         let mut inner = self.lock();
         inner.map.clear();
         inner.order.clear();
-        inner.bytes = 0;
+        inner.weight = 0;
         inner.stamp += 1;
         inner.floor = inner.stamp;
         inner.live = live;
@@ -165,12 +168,12 @@ impl Inner {
         let stamp = self.stamp;
         let size = if rec.is_some() { size } else { 0 };
         if let Some(old) = self.map.insert(id.clone(), Slot { rec, stamp, size }) {
-            self.bytes -= old.size;
+            self.weight -= old.size;
         }
-        self.bytes += size;
+        self.weight += size;
         self.order.push_back((id, stamp));
         while self.map.len() > MAX_ENTRIES
-            || self.bytes > MAX_BYTES
+            || self.weight > MAX_WEIGHT
             || self.order.len() > 2 * MAX_ENTRIES
         {
             let Some((old_id, old_stamp)) = self.order.pop_front() else {
@@ -179,7 +182,7 @@ impl Inner {
             // Skip order entries overtaken by a later put of the same id.
             if self.map.get(&old_id).is_some_and(|s| s.stamp == old_stamp) {
                 if let Some(gone) = self.map.remove(&old_id) {
-                    self.bytes -= gone.size;
+                    self.weight -= gone.size;
                 }
                 self.floor = self.floor.max(old_stamp);
             }
@@ -292,12 +295,12 @@ mod tests {
         let c = live();
         let stale = c.before_read();
         let big = MAX_RECORD;
-        for n in 0..(MAX_BYTES / big + 10) {
+        for n in 0..(MAX_WEIGHT / big + 10) {
             let t = c.before_read();
             c.filled(&rev(&format!("p-{n}"), 1), big, t);
         }
         let inner = c.lock();
-        assert!(inner.bytes <= MAX_BYTES, "{} bytes held", inner.bytes);
+        assert!(inner.weight <= MAX_WEIGHT, "{} held", inner.weight);
         drop(inner);
         assert!(c.get(&id("p-0")).is_none(), "the oldest were evicted");
         // A record larger than a 64th of the budget is not cached at all.

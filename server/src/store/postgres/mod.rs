@@ -47,7 +47,7 @@ use super::error::StoreError;
 use super::outbox::{OutboxItem, OutboxState};
 use super::page::walk;
 use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
-use super::shared::{corrupt, encode_text as encode};
+use super::shared::{corrupt, encode_text as encode, held_weight};
 use crate::audit::{AuditEntry, AuditEvent};
 use crate::record::ProposalRecord;
 use approval_core::governance::ConfigHead;
@@ -318,7 +318,8 @@ impl Store for PgStore {
         })?;
         let Some(body) = body else { return Ok(None) };
         let rec = decode_record(id.as_str(), &body)?;
-        self.cache.filled(&rec, body.len(), ticket);
+        self.cache
+            .filled(&rec, held_weight(body.as_bytes()), ticket);
         Ok(Some(rec))
     }
 

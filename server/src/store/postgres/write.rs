@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::audit;
-use crate::store::shared::{pending_delta, seal};
+use crate::store::shared::{held_weight, pending_delta, seal};
 use approval_core::claim::{cas_applies, Guard};
 
 pub(super) type Tx<'a> = deadpool_postgres::Transaction<'a>;
@@ -194,7 +194,7 @@ impl PgStore {
         );
         let lease_ms = self.lease.as_millis() as i64;
         let body = encode(new)?;
-        let (ticket, size) = (self.cache.before_read(), body.len());
+        let (ticket, size) = (self.cache.before_read(), held_weight(body.as_bytes()));
         let (cas, dropped) = self.block(async move {
             let mut c = pool.get().await.map_err(pool_err)?;
             let tx = c.transaction().await.map_err(pg_err)?;
