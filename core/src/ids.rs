@@ -99,6 +99,11 @@ token_newtype!(
 /// Lowercase hex, for ids and hashes written without allocating.
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
+/// Whether `b` is one of [`HEX_DIGITS`]: the one spelling ids and hashes are read in.
+fn is_lower_hex(b: &u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'a'..=b'f')
+}
+
 /// Hex digits of a minted proposal id's random part (128 bits: unguessable).
 const ID_RANDOM_HEX: usize = 32;
 /// Hex digits of a minted proposal id's creation time: milliseconds since 1970 in 48
@@ -145,9 +150,7 @@ impl ProposalId {
 pub fn order_key_of(id: &[u8]) -> Vec<u8> {
     let minted = id.len() == 2 + ID_RANDOM_HEX + ID_TIME_HEX
         && id.starts_with(b"p-")
-        && id[2..]
-            .iter()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        && id[2..].iter().all(is_lower_hex);
     if !minted {
         return id.to_vec();
     }
@@ -182,7 +185,7 @@ impl Sha256Hex {
             value: s.chars().take(80).collect(),
             rule: "use 64 lowercase hex characters",
         };
-        if s.len() != 64 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if s.len() != 64 || !s.as_bytes().iter().all(is_lower_hex) {
             return Err(err());
         }
         let mut out = [0u8; 32];
