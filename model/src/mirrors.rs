@@ -115,7 +115,7 @@ pub const MIRRORS: &[Mirror] = &[
     m(
         "BatchCommit",
         "server/src/store/postgres/batch.rs",
-        "let _ = reply.send(answer.cas);",
+        "let heard = reply.send(answer.cas);",
     ),
     m(
         "Start",

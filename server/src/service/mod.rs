@@ -338,7 +338,7 @@ impl Service {
                 return Ok(cur);
             };
             let _writing = self.commit.begin();
-            match self.store.update(&next, events)? {
+            match self.store.update_async(&next, events).await? {
                 Cas::Applied => {
                     self.commit.flush().await?;
                     if next.status() != cur.status() {

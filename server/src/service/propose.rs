@@ -165,7 +165,7 @@ impl Service {
         );
         self.policies.ensure_stored(self.store.as_ref(), &policy)?;
         let writing = self.commit.begin();
-        self.store.create(&rec, vec![ev], self.limits)?;
+        self.store.create_async(&rec, vec![ev], self.limits).await?;
         self.commit.flush().await?;
         drop(writing);
         self.count_proposal(&rec);

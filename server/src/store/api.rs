@@ -14,6 +14,11 @@ use approval_core::ids::AgentName;
 use approval_core::status::Status;
 use approval_core::{ProposalId, PublicKey, ServerId, Sha256Hex, Timestamp};
 
+/// A write's answer to a caller on the async runtime ([`Store::create_async`],
+/// [`Store::update_async`]).
+pub type Pending<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
 /// Caps on PENDING proposals, enforced under the writer lock that creates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingLimits {
@@ -114,6 +119,28 @@ pub trait Store: Send + Sync + 'static {
     fn pending_count(&self, agent: Option<&AgentName>) -> Result<u64, StoreError>;
     /// Replaces the record if its stored revision is `new.revision - 1`, with its audit events.
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError>;
+    /// [`Store::create`] for a caller on the async runtime (the service). A backend
+    /// whose write waits on I/O of its own (PostgreSQL: its batcher's round trips and
+    /// commit) answers without holding a runtime thread meanwhile; its blocking
+    /// `create` must hand the thread's other work to another thread for the wait
+    /// (`block_in_place`), a few context switches on every write. The default runs
+    /// [`Store::create`]: sled's writes do not wait (their flush is awaited apart).
+    fn create_async<'a>(
+        &'a self,
+        rec: &'a ProposalRecord,
+        events: Vec<AuditEvent>,
+        limits: PendingLimits,
+    ) -> Pending<'a, ()> {
+        Box::pin(std::future::ready(self.create(rec, events, limits)))
+    }
+    /// [`Store::update`] for a caller on the async runtime: see [`Store::create_async`].
+    fn update_async<'a>(
+        &'a self,
+        new: &'a ProposalRecord,
+        events: Vec<AuditEvent>,
+    ) -> Pending<'a, Cas> {
+        Box::pin(std::future::ready(self.update(new, events)))
+    }
     /// Records with this stored status, newest first.
     fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError>;
     /// An agent's records, newest first.
@@ -284,7 +311,9 @@ pub trait Store: Send + Sync + 'static {
         true
     }
     /// Changes made by other instances (`None`: some may have been missed, re-read
-    /// everything); `None` for a store only this process writes.
+    /// everything), and this instance's own writes whose writer went away before
+    /// their answer came (the service announces the rest itself); `None` for a store
+    /// only this process writes.
     fn remote_events(&self) -> Option<tokio::sync::broadcast::Receiver<Option<ProposalId>>> {
         None
     }

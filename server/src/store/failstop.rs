@@ -28,7 +28,7 @@
 //! watchdog stays, because a device that stops answering, or a sled bug not yet
 //! found, hangs a store the same way, and a hang must end in a restart.
 
-use super::api::{AuditLog, Cas, PendingLimits, Store};
+use super::api::{AuditLog, Cas, Pending, PendingLimits, Store};
 use super::error::StoreError;
 use super::outbox::OutboxItem;
 use super::page::{Cursor, HeadPage, ListIndex, RecordHead, RecordPage};
@@ -38,6 +38,7 @@ use approval_core::ids::AgentName;
 use approval_core::status::Status;
 use approval_core::{ProposalId, ServerId, Sha256Hex, Timestamp};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -79,16 +80,22 @@ impl InFlight {
     /// Runs `op`, registered as running for the watchdog until it returns (or
     /// unwinds: the guard unregisters it either way).
     fn time<T>(&self, what: &'static str, op: impl FnOnce() -> T) -> T {
-        struct Done<'a>(&'a InFlight, u64);
-        impl Drop for Done<'_> {
-            fn drop(&mut self) {
-                self.0.running().remove(&self.1);
-            }
-        }
+        let _done = self.start(what);
+        op()
+    }
+
+    /// [`InFlight::time`] for an operation awaited (registered until it is answered
+    /// or dropped).
+    async fn time_async<T>(&self, what: &'static str, op: impl Future<Output = T>) -> T {
+        let _done = self.start(what);
+        op.await
+    }
+
+    /// Registers an operation as running until the returned guard drops.
+    fn start(&self, what: &'static str) -> Done<'_> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         self.running().insert(n, (Instant::now(), what));
-        let _done = Done(self, n);
-        op()
+        Done(self, n)
     }
 
     /// The oldest operation still running, if it has run longer than `deadline`.
@@ -96,6 +103,15 @@ impl InFlight {
         let running = self.running();
         let (_, (started, what)) = running.first_key_value()?;
         (started.elapsed() > deadline).then_some(*what)
+    }
+}
+
+/// An operation's registration in [`InFlight`], removed when it drops.
+struct Done<'a>(&'a InFlight, u64);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.running().remove(&self.1);
     }
 }
 
@@ -306,6 +322,31 @@ impl Store for FailStop {
             .in_flight
             .time("write", || self.inner.update(new, events));
         self.watch(r)
+    }
+    fn create_async<'a>(
+        &'a self,
+        rec: &'a ProposalRecord,
+        events: Vec<AuditEvent>,
+        limits: PendingLimits,
+    ) -> Pending<'a, ()> {
+        Box::pin(async move {
+            self.refused()?;
+            let write = self.inner.create_async(rec, events, limits);
+            let r = self.in_flight.time_async("write", write).await;
+            self.watch(r)
+        })
+    }
+    fn update_async<'a>(
+        &'a self,
+        new: &'a ProposalRecord,
+        events: Vec<AuditEvent>,
+    ) -> Pending<'a, Cas> {
+        Box::pin(async move {
+            self.refused()?;
+            let write = self.inner.update_async(new, events);
+            let r = self.in_flight.time_async("write", write).await;
+            self.watch(r)
+        })
     }
     fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
         self.refused()?;

@@ -30,7 +30,7 @@ pub mod postgres;
 mod shared;
 pub mod sled;
 
-pub use self::api::{AuditLog, Cas, PendingLimits, Raise, Store};
+pub use self::api::{AuditLog, Cas, Pending, PendingLimits, Raise, Store};
 pub use self::error::StoreError;
 pub use self::group_commit::{flush_inline_on_this_thread, GroupCommit, WriteGuard};
 pub use self::outbox::OutboxItem;

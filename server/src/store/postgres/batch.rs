@@ -50,7 +50,38 @@ pub(super) struct Request {
     pub lease_ms: i64,
     /// The cache's stamp before the write was asked for.
     pub ticket: Ticket,
-    pub reply: std::sync::mpsc::SyncSender<Result<Cas, StoreError>>,
+    pub reply: Reply,
+}
+
+/// Where a member's answer goes: a caller blocked on it, or one awaiting it.
+pub(super) enum Reply {
+    Blocking(std::sync::mpsc::SyncSender<Result<Cas, StoreError>>),
+    Awaited(tokio::sync::oneshot::Sender<Result<Cas, StoreError>>),
+}
+
+impl Reply {
+    /// Answers; false when the caller went away (it is not waited for).
+    fn send(self, answer: Result<Cas, StoreError>) -> bool {
+        match self {
+            Reply::Blocking(s) => s.send(answer).is_ok(),
+            Reply::Awaited(s) => s.send(answer).is_ok(),
+        }
+    }
+}
+
+/// How long a writer waits for its batch's answer: the batch's own time-out and a
+/// second.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(CALL_TIMEOUT.as_secs() + 1);
+
+fn stopped() -> StoreError {
+    StoreError::Backend("the store's writer stopped".into())
+}
+
+fn no_answer() -> StoreError {
+    unreachable(format!(
+        "no answer from PostgreSQL within {} s (whether the change was stored is not known)",
+        CALL_TIMEOUT.as_secs()
+    ))
 }
 
 /// What the batcher shares with the store.
@@ -60,6 +91,9 @@ pub(super) struct Shared {
     pub instance: String,
     pub cache: Arc<RecordCache>,
     pub stats: Arc<BatchStats>,
+    /// Where changes are announced to this instance's waiters when their writer
+    /// did not hear of them ([`Store::remote_events`]).
+    pub events: tokio::sync::broadcast::Sender<Option<ProposalId>>,
 }
 
 /// Counters for benchmarks and tests: transactions and members.
@@ -161,7 +195,14 @@ async fn run(shared: &Shared, conn: &mut Option<deadpool_postgres::Object>, batc
                         o.count_dropped(m.rec.id(), answer.dropped);
                     }
                 }
-                let _ = reply.send(answer.cas);
+                let applied = matches!(answer.cas, Ok(Cas::Applied));
+                let heard = reply.send(answer.cas);
+                if applied && !heard {
+                    // Its writer went away before the answer (a caller that dropped
+                    // an awaited write: a client that hung up): the service never
+                    // announces this change, so the store does, after its commit.
+                    let _ = shared.events.send(Some(m.rec.id().clone()));
+                }
             }
         }
         Err(e) => {
@@ -177,7 +218,7 @@ async fn run(shared: &Shared, conn: &mut Option<deadpool_postgres::Object>, batc
                 }
             }
             for (reply, _) in replies {
-                let _ = reply.send(Err(e.clone()));
+                reply.send(Err(e.clone()));
             }
         }
     }
@@ -584,30 +625,55 @@ impl PgStore {
         events: Vec<AuditEvent>,
         kind: Kind,
     ) -> Result<Cas, StoreError> {
-        self.rt()?;
-        let body = encode(rec)?;
         let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        self.enqueue(rec, events, kind, Reply::Blocking(reply))?;
+        wait_here(|| match answer.recv_timeout(ANSWER_TIMEOUT) {
+            Ok(r) => r,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(no_answer()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
+        })
+    }
+
+    /// [`PgStore::submit`] awaited: the caller's runtime thread serves other tasks
+    /// meanwhile. The request is queued before the future is first polled, so a
+    /// caller that drops it has still asked for the write (as a blocking caller that
+    /// went away would have).
+    pub(super) fn submit_async(
+        &self,
+        rec: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        kind: Kind,
+    ) -> impl std::future::Future<Output = Result<Cas, StoreError>> + Send + 'static {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let queued = self.enqueue(rec, events, kind, Reply::Awaited(reply));
+        async move {
+            queued?;
+            match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(stopped()),
+                Err(_) => Err(no_answer()),
+            }
+        }
+    }
+
+    fn enqueue(
+        &self,
+        rec: &ProposalRecord,
+        events: Vec<AuditEvent>,
+        kind: Kind,
+        reply: Reply,
+    ) -> Result<(), StoreError> {
+        self.rt()?;
         let request = Request {
             rec: rec.clone(),
-            body,
+            body: encode(rec)?,
             events,
             kind,
             lease_ms: self.lease.as_millis() as i64,
             ticket: self.cache.before_read(),
             reply,
         };
-        let stopped = || StoreError::Backend("the store's writer stopped".into());
-        self.batcher.send(request).map_err(|_| stopped())?;
-        wait_here(|| {
-            match answer.recv_timeout(CALL_TIMEOUT + Duration::from_secs(1)) {
-            Ok(r) => r,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(unreachable(format!(
-                "no answer from PostgreSQL within {} s (whether the change was stored is not known)",
-                CALL_TIMEOUT.as_secs()
-            ))),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
-        }
-        })
+        self.batcher.send(request).map_err(|_| stopped())
     }
 
     /// Transactions and members the batcher has run (for benchmarks and tests).

@@ -42,7 +42,7 @@
 //!
 //! May import: the store's contract and shared rules, `audit`, `record`, core.
 
-use super::api::{AuditLog, Cas, PendingLimits, Store};
+use super::api::{AuditLog, Cas, Pending, PendingLimits, Store};
 use super::error::StoreError;
 use super::outbox::{OutboxItem, OutboxState};
 use super::page::walk;
@@ -183,6 +183,7 @@ impl PgStore {
         let outbox = Arc::new(Mutex::new(OutboxState::default()));
         let cache = Arc::new(cache::RecordCache::default());
         let batch_stats = Arc::new(batch::BatchStats::default());
+        let events = tokio::sync::broadcast::channel(4096).0;
         let batcher = batch::start(
             &rt,
             batch::Shared {
@@ -191,6 +192,7 @@ impl PgStore {
                 instance: instance.clone(),
                 cache: cache.clone(),
                 stats: batch_stats.clone(),
+                events: events.clone(),
             },
         );
         let mut store = Self {
@@ -207,7 +209,7 @@ impl PgStore {
             instance,
             lease: DEFAULT_LEASE,
             outbox,
-            events: tokio::sync::broadcast::channel(4096).0,
+            events,
         };
         let display = redact(url);
         let found = store.block(schema_version(store.pool.clone()))?;
@@ -240,6 +242,17 @@ impl PgStore {
         self.lease = lease;
         self.leadership.set_claim_lease(lease);
         self
+    }
+}
+
+/// A create's answer: only `Applied` is one.
+fn created(rec: &ProposalRecord, cas: Cas) -> Result<(), StoreError> {
+    match cas {
+        Cas::Applied => Ok(()),
+        _ => Err(StoreError::Backend(format!(
+            "creating {} was answered as an update",
+            rec.id()
+        ))),
     }
 }
 
@@ -329,17 +342,29 @@ impl Store for PgStore {
         events: Vec<AuditEvent>,
         limits: PendingLimits,
     ) -> Result<(), StoreError> {
-        match self.submit(rec, events, batch::Kind::Create(limits))? {
-            Cas::Applied => Ok(()),
-            _ => Err(StoreError::Backend(format!(
-                "creating {} was answered as an update",
-                rec.id()
-            ))),
-        }
+        created(rec, self.submit(rec, events, batch::Kind::Create(limits))?)
     }
 
     fn update(&self, new: &ProposalRecord, events: Vec<AuditEvent>) -> Result<Cas, StoreError> {
         self.submit(new, events, batch::Kind::Update)
+    }
+
+    fn create_async<'a>(
+        &'a self,
+        rec: &'a ProposalRecord,
+        events: Vec<AuditEvent>,
+        limits: PendingLimits,
+    ) -> Pending<'a, ()> {
+        let answer = self.submit_async(rec, events, batch::Kind::Create(limits));
+        Box::pin(async move { created(rec, answer.await?) })
+    }
+
+    fn update_async<'a>(
+        &'a self,
+        new: &'a ProposalRecord,
+        events: Vec<AuditEvent>,
+    ) -> Pending<'a, Cas> {
+        Box::pin(self.submit_async(new, events, batch::Kind::Update))
     }
 
     fn end_expired_claim(

@@ -563,3 +563,39 @@ fn two_instances_batching_from_their_first_write_keep_one_chain() {
         );
     }
 }
+
+/// A write awaited by a caller that then goes away (an HTTP client that hung up
+/// drops the request's future) still commits, and since the service will never
+/// announce it, the store does, after the commit: waiters on this instance hear of
+/// it. A writer that heard its answer is not announced twice.
+#[test]
+fn a_write_whose_writer_went_away_is_announced_after_its_commit() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = PgStore::open(&db.url).unwrap();
+    let mut events = store.remote_events().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rec = contract::record("p-gone", "agent1", 1_800_000_000);
+    rt.block_on(store.create_async(&rec, vec![], PendingLimits::default()))
+        .unwrap();
+    let mut next = rec.clone();
+    next.revision = 1;
+    assert!(matches!(
+        rt.block_on(store.update_async(&next, vec![])).unwrap(),
+        Cas::Applied
+    ));
+    // Heard: nothing for the store to announce.
+    assert!(events.try_recv().is_err());
+
+    let mut gone = next.clone();
+    gone.revision = 2;
+    drop(store.update_async(&gone, vec![]));
+    let heard = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), events.recv()).await
+    });
+    assert_eq!(heard.unwrap().unwrap(), Some(rec.id().clone()));
+    assert_eq!(store.get(rec.id()).unwrap().unwrap().revision, 2);
+}
