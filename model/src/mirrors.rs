@@ -30,12 +30,12 @@ pub const MIRRORS: &[Mirror] = &[
     m(
         "Read",
         "server/src/service/execute.rs",
-        "let rec = self.get_for_agent_as(agent, id, true)?;",
+        "let rec = self.get_for_agent_latest(agent, id).await?;",
     ),
     m(
         "Read",
         "server/src/service/mod.rs",
-        "self.store.get_latest(id)?.ok_or_else(|| {",
+        "let found = self.store.get_latest_async(id).await?;",
     ),
     m(
         "Claim",

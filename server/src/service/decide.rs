@@ -92,7 +92,7 @@ impl Service {
         source: Option<ConnectionId>,
     ) -> Result<Decided, ServiceError> {
         let key = self.approver_key(&d)?;
-        let rec = self.decided_on(id)?;
+        let rec = self.decided_on(id).await?;
         self.check_signature(&rec, &key, &d, source).await?;
         self.check_counter(&key, &d, &rec)?;
         if let Some(resent) = self.resent(&rec, &d).await? {
@@ -157,12 +157,12 @@ impl Service {
     }
 
     /// Step 2: the proposal decided on.
-    fn decided_on(&self, id: &str) -> Result<ProposalRecord, ServiceError> {
-        match ProposalId::parse(id)
-            .ok()
-            .map(|pid| self.store.get(&pid))
-            .transpose()?
-        {
+    async fn decided_on(&self, id: &str) -> Result<ProposalRecord, ServiceError> {
+        let found = match ProposalId::parse(id) {
+            Ok(pid) => Some(self.store.get_async(&pid).await?),
+            Err(_) => None,
+        };
+        match found {
             Some(Some(rec)) => Ok(rec),
             _ => Err(ServiceError::new(
                 Code::UnknownProposal,

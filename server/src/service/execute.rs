@@ -61,7 +61,7 @@ impl Service {
         preview_sha256: &str,
     ) -> Result<ProposalRecord, ServiceError> {
         // As stored now: an approval made on another instance a moment ago counts.
-        let rec = self.get_for_agent_as(agent, id, true)?;
+        let rec = self.get_for_agent_latest(agent, id).await?;
         self.catch_up_for(&rec).await;
         let now = self.now();
         if Sha256Hex::parse(preview_sha256).ok() != Some(rec.preview_sha256) {
@@ -85,7 +85,7 @@ impl Service {
             rec
         } else {
             self.void_one(rec.id()).await?;
-            self.get(rec.id())?
+            self.get_now(rec.id()).await?
         };
         let claimed = self
             .transition_from(base, |cur, now| {

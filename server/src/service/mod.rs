@@ -268,39 +268,30 @@ impl Service {
 
     /// The record as stored now ([`Store::get_latest`]): what a change starts from.
     fn get(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
-        self.store.get_latest(id)?.ok_or_else(|| {
-            ServiceError::new(
-                Code::UnknownProposal,
-                format!("no proposal {id}: check the id from approval_prepare or approval_list"),
-            )
-        })
+        self.store.get_latest(id)?.ok_or_else(|| no_proposal(id))
+    }
+
+    /// [`Service::get`] awaited ([`Store::get_latest_async`]): the runtime thread
+    /// serves other requests while the store reads.
+    async fn get_now(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
+        let found = self.store.get_latest_async(id).await?;
+        found.ok_or_else(|| no_proposal(id))
     }
 
     fn get_for_agent(&self, agent: &AgentName, id: &str) -> Result<ProposalRecord, ServiceError> {
-        self.get_for_agent_as(agent, id, false)
+        let pid = agents_id(id)?;
+        owned_by(agent, id, self.store.get(&pid)?)
     }
 
-    /// [`Service::get_for_agent`], from the store as it is now when `latest` (never a
-    /// cached copy: [`Store::get_latest`]).
-    fn get_for_agent_as(
+    /// [`Service::get_for_agent`], from the store as it is now (never a cached copy:
+    /// [`Store::get_latest_async`]).
+    async fn get_for_agent_latest(
         &self,
         agent: &AgentName,
         id: &str,
-        latest: bool,
     ) -> Result<ProposalRecord, ServiceError> {
-        let unknown = || {
-            ServiceError::new(Code::UnknownProposal, format!("no proposal {id:?} of yours: check the id from approval_prepare or approval_list"))
-        };
-        let id = ProposalId::parse(id).map_err(|_| unknown())?;
-        let found = if latest {
-            self.store.get_latest(&id)?
-        } else {
-            self.store.get(&id)?
-        };
-        match found {
-            Some(rec) if &rec.preview.requested_by == agent => Ok(rec),
-            _ => Err(unknown()),
-        }
+        let pid = agents_id(id)?;
+        owned_by(agent, id, self.store.get_latest_async(&pid).await?)
     }
 
     /// Applies a change with compare-and-swap, retrying on conflict; flushes and
@@ -312,7 +303,7 @@ impl Service {
             Timestamp,
         ) -> Result<Option<(ProposalRecord, Vec<AuditEvent>)>, ServiceError>,
     {
-        let cur = self.get(id)?;
+        let cur = self.get_now(id).await?;
         self.transition_from(cur, f).await
     }
 
@@ -395,5 +386,37 @@ impl Service {
             Err(p) => *p.into_inner() = Arc::new(config),
         }
         self.reloaded();
+    }
+}
+
+fn no_proposal(id: &ProposalId) -> ServiceError {
+    ServiceError::new(
+        Code::UnknownProposal,
+        format!("no proposal {id}: check the id from approval_prepare or approval_list"),
+    )
+}
+
+/// What an agent is told of an id that is not one of its proposals (malformed,
+/// unknown, or another agent's: the same answer, so ids cannot be probed).
+fn not_yours(id: &str) -> ServiceError {
+    ServiceError::new(
+        Code::UnknownProposal,
+        format!("no proposal {id:?} of yours: check the id from approval_prepare or approval_list"),
+    )
+}
+
+fn agents_id(id: &str) -> Result<ProposalId, ServiceError> {
+    ProposalId::parse(id).map_err(|_| not_yours(id))
+}
+
+/// `found` if it is `agent`'s.
+fn owned_by(
+    agent: &AgentName,
+    id: &str,
+    found: Option<ProposalRecord>,
+) -> Result<ProposalRecord, ServiceError> {
+    match found {
+        Some(rec) if &rec.preview.requested_by == agent => Ok(rec),
+        _ => Err(not_yours(id)),
     }
 }

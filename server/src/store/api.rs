@@ -101,6 +101,15 @@ pub trait Store: Send + Sync + 'static {
     fn get_latest(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         self.get(id)
     }
+    /// [`Store::get`] for a caller on the async runtime: see [`Store::create_async`].
+    fn get_async<'a>(&'a self, id: &'a ProposalId) -> Pending<'a, Option<ProposalRecord>> {
+        Box::pin(std::future::ready(self.get(id)))
+    }
+    /// [`Store::get_latest`] for a caller on the async runtime: see
+    /// [`Store::create_async`].
+    fn get_latest_async<'a>(&'a self, id: &'a ProposalId) -> Pending<'a, Option<ProposalRecord>> {
+        Box::pin(std::future::ready(self.get_latest(id)))
+    }
     /// Writes a new record with its audit events, refusing an id that exists or a
     /// PENDING record beyond `limits`.
     fn create(

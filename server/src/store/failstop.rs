@@ -256,6 +256,18 @@ impl Store for FailStop {
         self.refused()?;
         self.inner.get_latest(id)
     }
+    fn get_async<'a>(&'a self, id: &'a ProposalId) -> Pending<'a, Option<ProposalRecord>> {
+        match self.refused() {
+            Ok(()) => self.inner.get_async(id),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+    fn get_latest_async<'a>(&'a self, id: &'a ProposalId) -> Pending<'a, Option<ProposalRecord>> {
+        match self.refused() {
+            Ok(()) => self.inner.get_latest_async(id),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
     fn raise(&self, name: &str, value: u64) -> Result<super::Raise, StoreError> {
         self.refused()?;
         let r = self

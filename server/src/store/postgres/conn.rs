@@ -76,6 +76,23 @@ pub(super) fn wait_here<T>(wait: impl FnOnce() -> T) -> T {
     }
 }
 
+/// `f`, or unreachable after [`CALL_TIMEOUT`].
+async fn timed<T>(
+    f: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(unreachable(format!(
+            "no answer from PostgreSQL within {} s",
+            CALL_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+fn runtime_stopped() -> StoreError {
+    StoreError::Backend("the store's runtime stopped".into())
+}
+
 /// The key of the migrator's advisory lock, per schema (tests share a database).
 pub(super) const LOCK_KEY: &str = "hashtext(current_schema() || ':' || $1)";
 
@@ -94,19 +111,32 @@ impl PgStore {
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.rt()?.spawn(async move {
-            let r = match tokio::time::timeout(CALL_TIMEOUT, f).await {
-                Ok(r) => r,
-                Err(_) => Err(unreachable(format!(
-                    "no answer from PostgreSQL within {} s",
-                    CALL_TIMEOUT.as_secs()
-                ))),
-            };
-            let _ = tx.send(r);
+            let _ = tx.send(timed(f).await);
         });
-        wait_here(|| {
-            rx.recv()
-                .map_err(|_| StoreError::Backend("the store's runtime stopped".into()))
-        })?
+        wait_here(|| rx.recv().map_err(|_| runtime_stopped()))?
+    }
+
+    /// [`PgStore::block`] awaited: `f` runs on the store's runtime (where its
+    /// connections are driven) and the caller's thread serves other tasks meanwhile.
+    /// `f` is started at once, whether or not the answer is awaited.
+    pub(super) fn awaited<T, F>(
+        &self,
+        f: F,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let started = self.rt().map(|rt| {
+            rt.spawn(async move {
+                let _ = tx.send(timed(f).await);
+            });
+        });
+        async move {
+            started?;
+            rx.await.map_err(|_| runtime_stopped())?
+        }
     }
 
     /// Keeps one connection LISTENing for every instance's events, reconnecting after

@@ -245,6 +245,33 @@ impl PgStore {
     }
 }
 
+/// A record's stored body, if any.
+async fn read_body(pool: Pool, id: String) -> Result<Option<String>, StoreError> {
+    let c = pool.get().await.map_err(pool_err)?;
+    let st = c
+        .prepare_cached("SELECT body FROM records WHERE id = $1")
+        .await
+        .map_err(pg_err)?;
+    let row = c.query_opt(&st, &[&id]).await.map_err(pg_err)?;
+    Ok(row.map(|r| r.get::<_, String>(0)))
+}
+
+impl PgStore {
+    /// Decodes a body read (a ticket taken before the read), filling the cache.
+    fn read_into_cache(
+        &self,
+        id: &ProposalId,
+        body: Option<String>,
+        ticket: cache::Ticket,
+    ) -> Result<Option<ProposalRecord>, StoreError> {
+        let Some(body) = body else { return Ok(None) };
+        let rec = decode_record(id.as_str(), &body)?;
+        self.cache
+            .filled(&rec, held_weight(body.as_bytes()), ticket);
+        Ok(Some(rec))
+    }
+}
+
 /// A create's answer: only `Applied` is one.
 fn created(rec: &ProposalRecord, cas: Cas) -> Result<(), StoreError> {
     match cas {
@@ -319,21 +346,21 @@ impl Store for PgStore {
     /// One query, whose answer fills the read cache.
     fn get_latest(&self, id: &ProposalId) -> Result<Option<ProposalRecord>, StoreError> {
         let ticket = self.cache.before_read();
-        let (pool, key) = (self.pool.clone(), id.to_string());
-        let body: Option<String> = self.block(async move {
-            let c = pool.get().await.map_err(pool_err)?;
-            let st = c
-                .prepare_cached("SELECT body FROM records WHERE id = $1")
-                .await
-                .map_err(pg_err)?;
-            let row = c.query_opt(&st, &[&key]).await.map_err(pg_err)?;
-            Ok(row.map(|r| r.get::<_, String>(0)))
-        })?;
-        let Some(body) = body else { return Ok(None) };
-        let rec = decode_record(id.as_str(), &body)?;
-        self.cache
-            .filled(&rec, held_weight(body.as_bytes()), ticket);
-        Ok(Some(rec))
+        let body = self.block(read_body(self.pool.clone(), id.to_string()))?;
+        self.read_into_cache(id, body, ticket)
+    }
+
+    fn get_async<'a>(&'a self, id: &'a ProposalId) -> Pending<'a, Option<ProposalRecord>> {
+        match self.cache.get(id) {
+            Some(rec) => Box::pin(std::future::ready(Ok(Some(rec)))),
+            None => self.get_latest_async(id),
+        }
+    }
+
+    fn get_latest_async<'a>(&'a self, id: &'a ProposalId) -> Pending<'a, Option<ProposalRecord>> {
+        let ticket = self.cache.before_read();
+        let body = self.awaited(read_body(self.pool.clone(), id.to_string()));
+        Box::pin(async move { self.read_into_cache(id, body.await?, ticket) })
     }
 
     fn create(

@@ -593,9 +593,8 @@ fn a_write_whose_writer_went_away_is_announced_after_its_commit() {
     let mut gone = next.clone();
     gone.revision = 2;
     drop(store.update_async(&gone, vec![]));
-    let heard = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), events.recv()).await
-    });
+    let heard =
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), events.recv()).await });
     assert_eq!(heard.unwrap().unwrap(), Some(rec.id().clone()));
     assert_eq!(store.get(rec.id()).unwrap().unwrap().revision, 2);
 }
