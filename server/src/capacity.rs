@@ -230,6 +230,24 @@ pub struct Charge {
     who: Identity,
 }
 
+/// A request's charge, shared with work the request started that may outlive it: a
+/// tool call's write runs to its end on a task of its own even when its client hangs
+/// up, and it keeps this clone until then. Without it, an agent could send writes and
+/// hang up at once: each hang-up gave its budget back while the write still waited
+/// in the store's queue, so its budget bounded nothing and an approver's revoke
+/// queued behind all of them. The listener puts one in each charged request's
+/// extensions.
+#[derive(Clone)]
+pub struct Held {
+    _charge: Arc<Charge>,
+}
+
+impl Held {
+    pub fn new(charge: Arc<Charge>) -> Self {
+        Self { _charge: charge }
+    }
+}
+
 /// The agent a request's bearer token named when it was admitted, put in the
 /// request's extensions by the listener so that `/mcp` does not hash the token a
 /// second time ([`crate::http`] reads it only where an agents file is in force).
@@ -391,6 +409,22 @@ mod tests {
 
     fn agent(n: &str) -> Identity {
         Identity::Agent(AgentName::parse(n).expect("name"))
+    }
+
+    /// The attack on the budget with hang-ups: the request's own charge is dropped
+    /// (its client went away) while the write it started still holds a [`Held`]
+    /// clone; the agent's in-flight count covers the write until it ends.
+    #[test]
+    fn a_charge_held_by_work_that_outlives_its_request_stays_counted() {
+        let budgets = Arc::new(Budgets::default());
+        let conn = Arc::new(ConnCharges::default());
+        let who = agent("mallory");
+        let charge = Arc::new(budgets.charge(&conn, who.clone()).unwrap());
+        let write = Held::new(charge.clone());
+        drop(charge);
+        assert_eq!(budgets.used(&who), (1, 1));
+        drop(write);
+        assert_eq!(budgets.used(&who), (0, 0));
     }
 
     #[test]

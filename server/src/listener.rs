@@ -158,8 +158,9 @@ impl Drop for InFlight {
 struct Tracked {
     body: Body,
     _in_flight: InFlight,
-    /// The request's share of its identity's budget, given back with the body.
-    _charge: Option<Charge>,
+    /// The request's share of its identity's budget, given back with the body and
+    /// by whatever work of the request outlives it (`capacity::Held`).
+    _charge: Option<Arc<Charge>>,
 }
 
 impl hyper::body::Body for Tracked {
@@ -282,14 +283,20 @@ pub async fn serve(
                 let in_flight = state.begin();
                 let n = state.requests.fetch_add(1, Ordering::SeqCst) + 1;
                 let version = req.version();
-                let admitted = admission.admit(&req, &state.charges, state.reserve);
+                let admitted = admission
+                    .admit(&req, &state.charges, state.reserve)
+                    .map(|c| c.map(Arc::new));
                 let mcp = req.uri().path() == "/mcp";
                 let mut req = req.map(Body::new);
                 req.extensions_mut().insert(ConnectInfo(addr));
                 req.extensions_mut().insert(conn_id);
+                if let Ok(Some(charge)) = &admitted {
+                    req.extensions_mut()
+                        .insert(crate::capacity::Held::new(charge.clone()));
+                }
                 if let Ok(Some(agent)) = admitted
                     .as_ref()
-                    .map(|c| c.as_ref().and_then(Charge::agent))
+                    .map(|c| c.as_ref().and_then(|c| c.agent()))
                 {
                     req.extensions_mut()
                         .insert(crate::capacity::AdmittedAgent(agent.clone()));

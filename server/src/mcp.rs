@@ -525,6 +525,12 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let agent = self.agent_of(&context)?;
+        // rmcp runs the call on a task of its own, to its end even when the client
+        // hung up: it keeps the request's charge until then (`capacity::Held`).
+        let _held = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<crate::capacity::Held>().cloned());
         // SEP-2663: a task only for a request that declared the extension.
         let tasks = context
             .client_capabilities()

@@ -109,15 +109,20 @@ impl DirectCalls {
             handler.call_as(&agent, params).await
         } else {
             // A write runs to its end on a task of its own, as rmcp runs every call,
-            // so a client that hangs up cannot cut it between two of its steps.
-            tokio::spawn(async move { handler.call_as(&agent, params).await })
-                .await
-                .unwrap_or_else(|e| {
-                    Err(rmcp::ErrorData::internal_error(
-                        format!("the tool call's task failed: {e}"),
-                        None,
-                    ))
-                })
+            // so a client that hangs up cannot cut it between two of its steps; it
+            // keeps the request's charge until then (`capacity::Held`).
+            let held = parts.extensions.get::<crate::capacity::Held>().cloned();
+            tokio::spawn(async move {
+                let _held = held;
+                handler.call_as(&agent, params).await
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(rmcp::ErrorData::internal_error(
+                    format!("the tool call's task failed: {e}"),
+                    None,
+                ))
+            })
         };
         let answer = mcp::legacy_answer(outcome, id);
         Some(match serde_json::to_vec(&answer) {
