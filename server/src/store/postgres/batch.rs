@@ -174,12 +174,7 @@ async fn run(shared: &Shared, conn: &mut Option<deadpool_postgres::Object>, batc
         transact(c, &mut members, outbox, shared).await
     })
     .await
-    .unwrap_or_else(|_| {
-        Err(unreachable(format!(
-            "no answer from PostgreSQL within {} s (whether the change was stored is not known)",
-            CALL_TIMEOUT.as_secs()
-        )))
-    });
+    .unwrap_or_else(|_| Err(no_answer()));
     let micros = started.elapsed().as_micros() as u64;
     tracing::trace!(micros, members = replies.len(), "batch ended");
     match done {
