@@ -526,7 +526,10 @@ impl ServerHandler for McpHandler {
     ) -> Result<CallToolResponse, McpError> {
         let agent = self.agent_of(&context)?;
         // rmcp runs the call on a task of its own, to its end even when the client
-        // hung up: it keeps the request's charge until then (`capacity::Held`).
+        // hung up: it keeps the request's charge until then (`capacity::Held`). The
+        // context's copy of the request's parts holds it too, until the context is
+        // dropped; this clone does not depend on when that is. Attack test:
+        // tests/tests/capacity_hangup.rs.
         let _held = context
             .extensions
             .get::<axum::http::request::Parts>()

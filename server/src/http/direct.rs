@@ -110,7 +110,8 @@ impl DirectCalls {
         } else {
             // A write runs to its end on a task of its own, as rmcp runs every call,
             // so a client that hangs up cannot cut it between two of its steps; it
-            // keeps the request's charge until then (`capacity::Held`).
+            // keeps the request's charge until then (`capacity::Held`; attack test:
+            // tests/tests/capacity_hangup.rs).
             let held = parts.extensions.get::<crate::capacity::Held>().cloned();
             tokio::spawn(async move {
                 let _held = held;
