@@ -30,17 +30,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const POLICY: &str = r#"
-kind = "note.write"
-description = "Write a note"
-quorum = 1
-approvers = ["alice"]
-ttl = "30m"
-execute_within = "10m"
-[executor]
-type = "note"
-"#;
-
 /// Connections one identity may keep busy (`capacity::MAX_BUSY_CONNECTIONS`).
 const MAX_BUSY_CONNECTIONS: usize = 128;
 
@@ -78,6 +67,17 @@ fn mcp_call(
         "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMCP-Protocol-Version: {}\r\nContent-Length: {}\r\n\r\n{body}",
         approval_e2e::PROTOCOL_VERSION,
         body.len()
+    )
+}
+
+/// The agent's `approval_status` of an id it does not have: answered at once.
+fn status(host: &str, id: u64, via_rmcp: bool) -> String {
+    mcp_call(
+        host,
+        id,
+        "approval_status",
+        json!({"proposal_id": "p_unknown"}),
+        via_rmcp,
     )
 }
 
@@ -130,15 +130,6 @@ async fn the_agent_hangs_up_on_waiting_writes(
     via_rmcp: bool,
     held_since: Instant,
 ) -> anyhow::Result<()> {
-    let status = |id: u64| {
-        mcp_call(
-            host,
-            id,
-            "approval_status",
-            json!({"proposal_id": "p_unknown"}),
-            via_rmcp,
-        )
-    };
     // More writers than the budget: a probe below may take a slot for the moment it
     // is served, and the writer read then is refused; the others fill the budget.
     let mut writers = Vec::with_capacity(MAX_BUSY_CONNECTIONS + EXTRA_WRITERS);
@@ -159,7 +150,7 @@ async fn the_agent_hangs_up_on_waiting_writes(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let deadline = Instant::now() + Duration::from_secs(4);
     loop {
-        let (code, text) = probe(host, &status(2)).await?;
+        let (code, text) = probe(host, &status(host, 2, via_rmcp)).await?;
         if refused_as_busy(code, &text) {
             break;
         }
@@ -175,7 +166,7 @@ async fn the_agent_hangs_up_on_waiting_writes(
     drop(writers);
     // The server sees each end of stream at once; give it time to act on them.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (code, text) = probe(host, &status(3)).await?;
+    let (code, text) = probe(host, &status(host, 3, via_rmcp)).await?;
     anyhow::ensure!(
         refused_as_busy(code, &text),
         "after the agent hung up on {MAX_BUSY_CONNECTIONS} waiting writes, its next request \
@@ -201,20 +192,11 @@ async fn hung_up_writes_stay_on_the_budget(via_rmcp: bool) -> anyhow::Result<()>
     let Some(db) = FreshDb::new()? else {
         return Ok(());
     };
-    let w = World::new(&["alice"])?;
-    w.write_policy("note.write.toml", POLICY)?;
+    let w = World::new(&["alice", "bob"])?;
+    w.write_policy("note.write.toml", approval_e2e::NOTE_POLICY_ALICE_AND_BOB)?;
     let server = db.start(&w, "a", &[])?;
     let host = authority(&server.mcp_url);
-    let status = |id: u64| {
-        mcp_call(
-            &host,
-            id,
-            "approval_status",
-            json!({"proposal_id": "p_unknown"}),
-            via_rmcp,
-        )
-    };
-    let (code, text) = probe(&host, &status(1)).await?;
+    let (code, text) = probe(&host, &status(&host, 1, via_rmcp)).await?;
     anyhow::ensure!(code == 200, "a status before the attack: {text}");
 
     // Every write takes the audit head's row lock: while this transaction holds it,
@@ -236,7 +218,7 @@ async fn hung_up_writes_stay_on_the_budget(via_rmcp: bool) -> anyhow::Result<()>
     // Every hung-up write commits, and then the agent is served again.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (code, text) = probe(&host, &status(4)).await?;
+        let (code, text) = probe(&host, &status(&host, 4, via_rmcp)).await?;
         if code == 200 {
             break;
         }

@@ -266,13 +266,8 @@ impl Service {
         Ok((tally, policy))
     }
 
-    /// The record as stored now ([`Store::get_latest`]): what a change starts from.
-    fn get(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
-        self.store.get_latest(id)?.ok_or_else(|| no_proposal(id))
-    }
-
-    /// [`Service::get`] awaited ([`Store::get_latest_async`]): the runtime thread
-    /// serves other requests while the store reads.
+    /// The record as stored now ([`Store::get_latest_async`]): what a change starts
+    /// from. Awaited: the runtime thread serves other requests while the store reads.
     async fn get_now(&self, id: &ProposalId) -> Result<ProposalRecord, ServiceError> {
         let found = self.store.get_latest_async(id).await?;
         found.ok_or_else(|| no_proposal(id))
@@ -341,7 +336,8 @@ impl Service {
                 Cas::Conflict(now_stored) => cur = *now_stored,
                 Cas::Missing => {
                     return Err(self
-                        .get(&id)
+                        .get_now(&id)
+                        .await
                         .err()
                         .unwrap_or_else(|| ServiceError::new(Code::UnknownProposal, "gone")))
                 }

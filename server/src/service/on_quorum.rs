@@ -101,7 +101,7 @@ impl Service {
     /// waits for the end of the cooldown first. Anything else leaves it alone.
     pub async fn run_on_quorum(self: &Arc<Self>, id: &ProposalId) {
         loop {
-            let rec = match self.get(id) {
+            let rec = match self.get_now(id).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(%id, error = %e, "on-quorum run: cannot read the proposal");

@@ -117,7 +117,7 @@ impl Service {
             // One attempt, through the store's lease check: a claim renewed since
             // `expired_claims` read it (its instance is alive, only slow) is left
             // alone, and the next sweep looks again.
-            let cur = self.get(id)?;
+            let cur = self.get_now(id).await?;
             let now = self.now();
             let Ok(life) = cur.lifecycle.crash_recovered() else {
                 continue;

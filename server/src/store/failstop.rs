@@ -194,6 +194,20 @@ impl FailStop {
     }
 
     /// Passes a write's result through, failing the store on a backend error.
+    /// An awaited write: refused once the store has failed, timed by the watchdog
+    /// while it is awaited, its error weighed as a blocking write's is. The write is
+    /// only asked for after the refusal check (`write` runs inside the future).
+    fn write_async<'a, T: Send + 'a>(
+        &'a self,
+        write: impl FnOnce() -> Pending<'a, T> + Send + 'a,
+    ) -> Pending<'a, T> {
+        Box::pin(async move {
+            self.refused()?;
+            let r = self.in_flight.time_async("write", write()).await;
+            self.watch(r)
+        })
+    }
+
     fn watch<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Backend(e)) = &r {
             fail(&self.failed, &self.halt, e.clone());
@@ -341,24 +355,14 @@ impl Store for FailStop {
         events: Vec<AuditEvent>,
         limits: PendingLimits,
     ) -> Pending<'a, ()> {
-        Box::pin(async move {
-            self.refused()?;
-            let write = self.inner.create_async(rec, events, limits);
-            let r = self.in_flight.time_async("write", write).await;
-            self.watch(r)
-        })
+        self.write_async(move || self.inner.create_async(rec, events, limits))
     }
     fn update_async<'a>(
         &'a self,
         new: &'a ProposalRecord,
         events: Vec<AuditEvent>,
     ) -> Pending<'a, Cas> {
-        Box::pin(async move {
-            self.refused()?;
-            let write = self.inner.update_async(new, events);
-            let r = self.in_flight.time_async("write", write).await;
-            self.watch(r)
-        })
+        self.write_async(move || self.inner.update_async(new, events))
     }
     fn list_status(&self, status: Status, limit: usize) -> Result<Vec<ProposalRecord>, StoreError> {
         self.refused()?;

@@ -212,8 +212,15 @@ async fn run(shared: &Shared, conn: &mut Option<deadpool_postgres::Object>, batc
                     discard(conn);
                 }
             }
-            for (reply, _) in replies {
-                reply.send(Err(e.clone()));
+            let unheard = replies
+                .into_iter()
+                .map(|(reply, _)| reply.send(Err(e.clone())))
+                .filter(|heard| !heard)
+                .count();
+            if unheard > 0 {
+                // Their writers went away (clients that hung up), so no caller sees
+                // this error and the fail-stop wrapper never weighs it: say it here.
+                tracing::error!(error = %e, writes = unheard, "writes whose callers had gone away failed");
             }
         }
     }
