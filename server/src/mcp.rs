@@ -11,6 +11,7 @@
 //! bearer token (or the loopback peer) and puts an [`AgentName`] in the request's
 //! extensions, which rmcp hands to us with the request parts.
 
+pub mod direct;
 mod gated;
 pub mod listen;
 mod tasks;
@@ -27,11 +28,11 @@ use approval_core::status::Status;
 use approval_core::Code;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
-    GetTaskResult, Implementation, InitializeResult, JsonObject, JsonRpcMessage, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, RequestId, ServerCapabilities, ServerResult, Tool,
-    ToolAnnotations, UpdateTaskParams,
+    GetTaskResult, Implementation, InitializeResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, Tool, ToolAnnotations,
+    UpdateTaskParams,
 };
-use rmcp::service::{RequestContext, TxJsonRpcMessage};
+use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -648,76 +649,27 @@ impl McpHandler {
         agent: &AgentName,
         request: CallToolRequestParams,
     ) -> Result<CallToolResult, McpError> {
-        let args = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = self.dispatch(agent, &request.name, args).await?;
-        // Never report a state whose fsync is still pending.
-        if let Err(e) = self.svc.settle().await {
-            return Ok(refusal(&e));
-        }
-        Ok(match outcome {
+        Ok(match self.run_plain(agent, request).await? {
             Ok(out) => CallToolResult::structured(serde_json::to_value(out).unwrap_or(Value::Null)),
             Err(e) => refusal(&e),
         })
     }
 
-    /// A tool call on the embedded stdio transport, by the session's agent.
-    pub async fn call_stdio(
+    /// [`McpHandler::call_plain`]'s outcome before it is shaped as a result: the
+    /// direct paths shape it themselves ([`direct`]).
+    async fn run_plain(
         &self,
+        agent: &AgentName,
         request: CallToolRequestParams,
-    ) -> Result<CallToolResult, McpError> {
-        let Some(identity) = &self.stdio else {
-            return Err(McpError::invalid_request(
-                "no authenticated agent on this request",
-                None,
-            ));
-        };
-        let agent = identity.agent(&self.svc.config())?;
-        self.call_as(&agent, request).await
-    }
-}
-
-/// The JSON-RPC answer to a tool call of a revision before 2026-07-28, shaped as
-/// rmcp shapes it for such a peer (no `resultType`, no non-object output): the
-/// direct paths of both transports (`http::direct`, `stdio`) answer with it.
-pub fn legacy_answer(
-    outcome: Result<CallToolResult, McpError>,
-    id: RequestId,
-) -> TxJsonRpcMessage<RoleServer> {
-    match outcome {
-        Ok(r) => {
-            let mut result = ServerResult::CallToolResult(r);
-            result.strip_result_type_for_legacy_peer();
-            result.strip_non_object_output_for_legacy_peer();
-            JsonRpcMessage::response(result, id)
+    ) -> Result<Result<ToolOutput, ServiceError>, McpError> {
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let outcome = self.dispatch(agent, &request.name, args).await?;
+        // Never report a state whose fsync is still pending.
+        if let Err(e) = self.svc.settle().await {
+            return Ok(Err(e));
         }
-        Err(e) => JsonRpcMessage::error(e, Some(id)),
+        Ok(outcome)
     }
-}
-
-/// A JSON-RPC request that is a tool call and nothing more.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainCall {
-    jsonrpc: String,
-    id: RequestId,
-    method: String,
-    params: CallToolRequestParams,
-}
-
-/// The id and parameters of `body` when it is exactly a JSON-RPC `tools/call` with no
-/// `_meta` and no input-required round trip: what rmcp would parse into the same
-/// parameters (the same type, read the same way) and hand to `call_tool` unchanged.
-/// Cheaper than rmcp's parse of any message, which buffers the whole request to
-/// find out which message it is. `None` for anything else, which is rmcp's to read.
-pub fn plain_call(body: &[u8]) -> Option<(RequestId, CallToolRequestParams)> {
-    let call: PlainCall = serde_json::from_slice(body).ok()?;
-    let p = &call.params;
-    let plain = call.jsonrpc == "2.0"
-        && call.method == "tools/call"
-        && p.meta.is_none()
-        && p.input_responses.is_none()
-        && p.request_state.is_none();
-    plain.then_some((call.id, call.params))
 }
 
 /// The refusal for a payload the exact-JSON check caught before rmcp parsed the request.

@@ -4,6 +4,12 @@
 //!
 //! With the `schema` feature (the server's) the types derive `JsonSchema`; `code` is
 //! published as a string, as it always was.
+//!
+//! Every struct's fields are in the order of their names. A `serde_json::Value`
+//! prints its keys in that order, so an output prints the same bytes from its struct
+//! as from a `Value` of it: the server's direct paths print the struct once, and
+//! rmcp's path prints a `Value`, and the two answers stay byte for byte the same
+//! (`tests::a_struct_prints_as_its_value_does` holds that).
 
 use crate::Code;
 use serde::{Deserialize, Serialize};
@@ -23,14 +29,14 @@ pub struct DecisionOut {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RequiredOut {
-    /// Distinct approvals needed.
-    pub quorum: u32,
-    /// Valid approvals so far.
-    pub have: u32,
     /// Who may approve.
     pub approvers: Vec<String>,
+    /// Valid approvals so far.
+    pub have: u32,
     /// Group requirements not yet met.
     pub missing_groups: Vec<GroupOut>,
+    /// Distinct approvals needed.
+    pub quorum: u32,
 }
 
 /// A group requirement not yet met.
@@ -49,80 +55,85 @@ pub struct GroupOut {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResultOut {
-    /// SUCCEEDED, FAILED or UNKNOWN.
-    pub outcome: String,
     /// Bounded excerpt of what happened.
     pub detail: String,
-    /// Digest of what was read back, if any.
-    pub readback_sha256: Option<String>,
+    /// When it finished.
+    pub finished_at: String,
+    /// SUCCEEDED, FAILED or UNKNOWN.
+    pub outcome: String,
     /// The structured result, where the executor has one: an `mcp` executor's tool
     /// result (`content`, `structuredContent`, `isError`), bounded in size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
-    /// When it finished.
-    pub finished_at: String,
+    /// Digest of what was read back, if any.
+    pub readback_sha256: Option<String>,
 }
 
 /// One proposal in a listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ListItem {
-    /// Id.
-    pub proposal_id: String,
-    /// Kind.
-    pub kind: String,
-    /// Status now.
-    pub status: String,
-    /// Summary.
-    pub summary: String,
-    /// Hash approvers sign.
-    pub preview_sha256: String,
     /// Created.
     pub created_at: String,
     /// Expires (while pending).
     pub expires_at: String,
+    /// Kind.
+    pub kind: String,
+    /// Hash approvers sign.
+    pub preview_sha256: String,
+    /// Id.
+    pub proposal_id: String,
+    /// Status now.
+    pub status: String,
+    /// Summary.
+    pub summary: String,
 }
 
 /// Every tool's structured result (and refusal). Fields not relevant to a tool are omitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolOutput {
+    /// Approvals so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Vec<DecisionOut>>,
     /// Stable machine-readable code: branch on this.
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub code: Code,
-    /// What happened and what to do next.
-    pub message: String,
-    /// Whether calling again later may succeed. False after any terminal code: do not retry.
-    pub retry_allowed: bool,
-    /// The proposal.
+    /// Whether approval_execute would run it now.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub proposal_id: Option<String>,
-    /// Its status.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// The hash the approvers sign; pass it to approval_execute.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preview_sha256: Option<String>,
-    /// The full canonical preview.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preview: Option<Value>,
-    /// When a pending proposal expires.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-    /// Until when an approved proposal may be executed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub executable_until: Option<String>,
+    pub executable: Option<bool>,
     /// From when an approved proposal may be executed, under a policy with a
     /// cooldown: quorum time plus the cooldown. Before it, approval_execute is refused
     /// COOLING_DOWN and approvers can still revoke or veto.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executable_from: Option<String>,
-    /// Whether approval_execute would run it now.
+    /// Until when an approved proposal may be executed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub executable: Option<bool>,
-    /// Approvals so far.
+    pub executable_until: Option<String>,
+    /// When a pending proposal expires.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub approvals: Option<Vec<DecisionOut>>,
+    pub expires_at: Option<String>,
+    /// What happened and what to do next.
+    pub message: String,
+    /// After a call to an exposed kind without the tasks extension (issue #33): what
+    /// to do next, in words (wait with approval_status; the gate runs it on quorum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// Listing: pass this as cursor to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// The full canonical preview.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<Value>,
+    /// The hash the approvers sign; pass it to approval_execute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview_sha256: Option<String>,
+    /// The proposal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal_id: Option<String>,
+    /// Listing: one page, newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposals: Option<Vec<ListItem>>,
     /// Rejections so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejections: Option<Vec<DecisionOut>>,
@@ -132,16 +143,11 @@ pub struct ToolOutput {
     /// The execution result, once run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultOut>,
-    /// Listing: one page, newest first.
+    /// Whether calling again later may succeed. False after any terminal code: do not retry.
+    pub retry_allowed: bool,
+    /// Its status.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub proposals: Option<Vec<ListItem>>,
-    /// Listing: pass this as cursor to get the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-    /// After a call to an exposed kind without the tasks extension (issue #33): what
-    /// to do next, in words (wait with approval_status; the gate runs it on quorum).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
+    pub status: Option<String>,
 }
 
 impl ToolOutput {
@@ -167,5 +173,72 @@ impl ToolOutput {
             next_cursor: None,
             next: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field of every struct present (and lists of two).
+    fn full() -> ToolOutput {
+        let d = |a: &str| DecisionOut {
+            approver: a.into(),
+            at: "2026-12-07T23:00:00Z".into(),
+        };
+        let item = |id: &str| ListItem {
+            proposal_id: id.into(),
+            kind: "shell.exec".into(),
+            status: "PENDING".into(),
+            summary: "s \"q\"".into(),
+            preview_sha256: "ab".repeat(32),
+            created_at: "c".into(),
+            expires_at: "e".into(),
+        };
+        ToolOutput {
+            code: Code::QuorumReached,
+            message: "m\n".into(),
+            retry_allowed: true,
+            proposal_id: Some("p".into()),
+            status: Some("APPROVED".into()),
+            preview_sha256: Some("cd".repeat(32)),
+            preview: Some(serde_json::json!({"kind": "k", "payload": {"b": 1, "a": [2.5, null]}})),
+            expires_at: Some("x".into()),
+            executable_until: Some("u".into()),
+            executable_from: Some("f".into()),
+            executable: Some(true),
+            approvals: Some(vec![d("alice"), d("bob")]),
+            rejections: Some(vec![d("carol")]),
+            required: Some(RequiredOut {
+                quorum: 2,
+                have: 1,
+                approvers: vec!["alice".into(), "bob".into()],
+                missing_groups: vec![GroupOut {
+                    group: vec!["ops".into()],
+                    have: 0,
+                    need: 1,
+                }],
+            }),
+            result: Some(ResultOut {
+                outcome: "SUCCEEDED".into(),
+                detail: "d".into(),
+                readback_sha256: Some("ef".repeat(32)),
+                output: Some(serde_json::json!({"isError": false, "content": []})),
+                finished_at: "t".into(),
+            }),
+            proposals: Some(vec![item("p1"), item("p2")]),
+            next_cursor: Some("n".into()),
+            next: Some("wait".into()),
+        }
+    }
+
+    #[test]
+    fn a_struct_prints_as_its_value_does() {
+        let full = full();
+        let as_value = serde_json::to_value(&full).expect("value").to_string();
+        assert_eq!(serde_json::to_string(&full).expect("struct"), as_value);
+        let bare = ToolOutput::new(Code::PendingQuorum, "m", false);
+        let as_value = serde_json::to_value(&bare).expect("value").to_string();
+        assert_eq!(serde_json::to_string(&bare).expect("struct"), as_value);
     }
 }

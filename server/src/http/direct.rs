@@ -57,7 +57,7 @@ impl DirectCalls {
         if !self.headers_pass(parts) {
             return None;
         }
-        mcp::plain_call(body)
+        mcp::direct::plain_call(body)
     }
 
     /// The headers of a request rmcp would serve statelessly with no check failing,
@@ -106,7 +106,7 @@ impl DirectCalls {
         let outcome = if READ_ONLY.contains(&params.name.as_ref()) {
             // A read changes nothing: if the client goes away, it may stop where it is
             // (a long poll then frees its slot at once).
-            handler.call_as(&agent, params).await
+            handler.call_direct(&agent, params).await
         } else {
             // A write runs to its end on a task of its own, as rmcp runs every call,
             // so a client that hangs up cannot cut it between two of its steps; it
@@ -115,7 +115,7 @@ impl DirectCalls {
             let held = parts.extensions.get::<crate::capacity::Held>().cloned();
             tokio::spawn(async move {
                 let _held = held;
-                handler.call_as(&agent, params).await
+                handler.call_direct(&agent, params).await
             })
             .await
             .unwrap_or_else(|e| {
@@ -125,10 +125,9 @@ impl DirectCalls {
                 ))
             })
         };
-        let answer = mcp::legacy_answer(outcome, id);
-        Some(match serde_json::to_vec(&answer) {
-            Ok(bytes) => {
-                let mut r = Response::new(Body::from(bytes));
+        Some(match mcp::direct::legacy_line(outcome, id) {
+            Ok(line) => {
+                let mut r = Response::new(Body::from(line));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),

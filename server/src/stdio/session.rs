@@ -342,8 +342,7 @@ async fn answer_direct(
     params: CallToolRequestParams,
     out: mpsc::Sender<String>,
 ) {
-    let answer = crate::mcp::legacy_answer(handler.call_stdio(params).await, id);
-    match serde_json::to_string(&answer) {
+    match crate::mcp::direct::legacy_line(handler.call_stdio(params).await, id) {
         Ok(line) => {
             let _ = out.send(line).await;
         }
@@ -449,11 +448,11 @@ async fn read_lines<R: AsyncRead + Unpin>(
         // The hot path: a tool call goes straight to the handler (a long poll on a
         // task of its own, so it does not hold the reader), and its answer straight
         // to the writer: no hop through rmcp's session loop and its per-answer send
-        // task. A plain call is read as just that ([`crate::mcp::plain_call`]);
+        // task. A plain call is read as just that ([`crate::mcp::direct::plain_call`]);
         // anything else gets rmcp's parse, which may still find a direct call.
         let legacy = initialized && negotiated.as_deref().is_some_and(|v| v < MODERN);
         let plain = if legacy {
-            crate::mcp::plain_call(text.as_bytes())
+            crate::mcp::direct::plain_call(text.as_bytes())
         } else {
             None
         };
