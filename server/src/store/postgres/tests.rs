@@ -598,3 +598,119 @@ fn a_write_whose_writer_went_away_is_announced_after_its_commit() {
     assert_eq!(heard.unwrap().unwrap(), Some(rec.id().clone()));
     assert_eq!(store.get(rec.id()).unwrap().unwrap().revision, 2);
 }
+
+/// Writes that queue while a batch waits for the audit head (another instance's
+/// commit holds it) join that batch once it holds the head, in the order they
+/// were queued: one transaction for all, each member decided as its own
+/// transaction after the ones before it (a late claim of a record an early member
+/// changed conflicts and gets that member's record; a late create of a new agent's
+/// proposal counts against that agent's limit; an id created twice is refused once).
+#[test]
+fn writes_queued_while_a_batch_waits_for_the_head_join_it() {
+    let Some(db) = Fresh::new() else { return };
+    PgStore::migrate(&db.url).unwrap();
+    let store = Arc::new(PgStore::open(&db.url).unwrap());
+    let target = contract::record("p-target", "agent1", 1_800_000_000);
+    let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
+    store
+        .create(&target, ev(&target), PendingLimits::default())
+        .unwrap();
+
+    // Another connection holds the head, as another instance's batch would.
+    let (to_holder, orders) = std::sync::mpsc::channel::<()>();
+    let (holder_ready, ready) = std::sync::mpsc::channel::<i32>();
+    let url = db.url.clone();
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (cfg, tls) = parse_url(&url).unwrap();
+        let c = rt.block_on(connect(&cfg, &tls)).unwrap();
+        let pid: i32 = rt
+            .block_on(async {
+                c.batch_execute("BEGIN").await?;
+                c.query_one("SELECT seq FROM audit_head FOR UPDATE", &[])
+                    .await?;
+                c.query_one("SELECT pg_backend_pid()", &[]).await
+            })
+            .unwrap()
+            .get(0);
+        holder_ready.send(pid).unwrap();
+        let _ = orders.recv();
+        rt.block_on(c.batch_execute("ROLLBACK")).unwrap();
+    });
+    let pid = ready.recv().unwrap();
+    let (batches_before, members_before) = store.batch_counts();
+
+    let write = |f: Box<dyn FnOnce(&PgStore) -> String + Send>| {
+        let store = store.clone();
+        std::thread::spawn(move || f(&store))
+    };
+    let mut first = target.clone();
+    first.revision = 1;
+    first.preview.summary = "first".into();
+    let early = write(Box::new(move |s| format!("{:?}", s.update(&first, vec![]))));
+    // The early write's batch is waiting for the head.
+    let waiting = format!(
+        "SELECT count(*)::text FROM pg_stat_activity WHERE {pid} = ANY(pg_blocking_pids(pid))"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while run_query(&db.url, &waiting).unwrap() != "1" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no batch waits for the head"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut late = Vec::new();
+    let mut second = target.clone();
+    second.revision = 1;
+    second.preview.summary = "second".into();
+    late.push(write(Box::new(move |s| match s.update(&second, vec![]) {
+        Ok(Cas::Conflict(cur)) => format!("conflict, handed {}", cur.preview.summary),
+        other => format!("{other:?}"),
+    })));
+    let limits = PendingLimits {
+        per_agent: 1,
+        total: 100,
+    };
+    for id in ["p-new-1", "p-new-2", "p-new-1"] {
+        // One at a time, so they queue in this order.
+        std::thread::sleep(Duration::from_millis(50));
+        let rec = contract::record(id, "agent2", 1_800_000_001);
+        late.push(write(Box::new(move |s| {
+            match s.create(&rec, vec![], limits) {
+                Ok(()) => "created".to_owned(),
+                Err(StoreError::Full(_)) => "full".to_owned(),
+                Err(StoreError::Exists(_)) => "exists".to_owned(),
+                Err(e) => format!("{e}"),
+            }
+        })));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    to_holder.send(()).unwrap();
+    holder.join().unwrap();
+
+    assert_eq!(early.join().unwrap(), "Ok(Applied)");
+    let answers: Vec<String> = late.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        answers,
+        ["conflict, handed first", "created", "full", "exists"]
+    );
+    let (batches, members) = store.batch_counts();
+    assert_eq!(
+        (batches - batches_before, members - members_before),
+        (1, 5),
+        "the queued writes were not gathered into the waiting batch"
+    );
+    let agent2 = AgentName::parse("agent2").unwrap();
+    assert_eq!(store.pending_count(Some(&agent2)).unwrap(), 1);
+    assert_eq!(store.pending_count(None).unwrap(), 2);
+    assert_eq!(
+        store.get(target.id()).unwrap().unwrap().preview.summary,
+        "first"
+    );
+    let (entries, head) = store.audit().unwrap();
+    assert_eq!(crate::audit::verify_chain(entries, head), Ok(1));
+}
