@@ -345,6 +345,17 @@ fn passwords_are_redacted() {
     assert_eq!(redact("u:secret"), "(not a URL)");
 }
 
+/// A migrated fresh database, its store, and one record created in it (`p-target`).
+fn with_target() -> Option<(Fresh, Arc<PgStore>, ProposalRecord)> {
+    let db = Fresh::new()?;
+    PgStore::migrate(&db.url).unwrap();
+    let store = Arc::new(PgStore::open(&db.url).unwrap());
+    let target = contract::record("p-target", "agent1", 1_800_000_000);
+    let ev = contract::ev(crate::audit::AuditKind::Proposed, &target);
+    store.create(&target, ev, PendingLimits::default()).unwrap();
+    Some((db, store, target))
+}
+
 /// Group commit, attacked from inside one batch: sixteen claims of one record
 /// computed from the same read arrive together. One applies; every other is handed
 /// the winner's record (what is stored now), as if each had been its own
@@ -352,14 +363,10 @@ fn passwords_are_redacted() {
 /// than members).
 #[test]
 fn claims_of_one_record_in_one_batch_apply_once_and_the_rest_get_the_winner() {
-    let Some(db) = Fresh::new() else { return };
-    PgStore::migrate(&db.url).unwrap();
-    let store = Arc::new(PgStore::open(&db.url).unwrap());
-    let target = contract::record("p-target", "agent1", 1_800_000_000);
+    let Some((db, store, target)) = with_target() else {
+        return;
+    };
     let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
-    store
-        .create(&target, ev(&target), PendingLimits::default())
-        .unwrap();
     let (batches_before, members_before) = store.batch_counts();
     let gate = Arc::new(std::sync::Barrier::new(16));
     let threads: Vec<_> = (0..16)
@@ -607,14 +614,9 @@ fn a_write_whose_writer_went_away_is_announced_after_its_commit() {
 /// proposal counts against that agent's limit; an id created twice is refused once).
 #[test]
 fn writes_queued_while_a_batch_waits_for_the_head_join_it() {
-    let Some(db) = Fresh::new() else { return };
-    PgStore::migrate(&db.url).unwrap();
-    let store = Arc::new(PgStore::open(&db.url).unwrap());
-    let target = contract::record("p-target", "agent1", 1_800_000_000);
-    let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
-    store
-        .create(&target, ev(&target), PendingLimits::default())
-        .unwrap();
+    let Some((db, store, target)) = with_target() else {
+        return;
+    };
 
     // Another connection holds the head, as another instance's batch would.
     let (to_holder, orders) = std::sync::mpsc::channel::<()>();
