@@ -363,7 +363,7 @@ fn with_target() -> Option<(Fresh, Arc<PgStore>, ProposalRecord)> {
 /// than members).
 #[test]
 fn claims_of_one_record_in_one_batch_apply_once_and_the_rest_get_the_winner() {
-    let Some((db, store, target)) = with_target() else {
+    let Some((_db, store, target)) = with_target() else {
         return;
     };
     let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Proposed, rec);
