@@ -232,6 +232,16 @@ mod tests {
         }
     }
 
+    /// What the field order rests on: a `Value` prints its keys in byte order. A
+    /// dependency that turned on serde_json's `preserve_order` would end that (and
+    /// the order PROTOCOL.md promises for the text mirror) on both paths at once, so
+    /// the side-by-side tests would not see it: this one does.
+    #[test]
+    fn a_value_prints_its_keys_in_byte_order() {
+        let v = serde_json::json!({"b": 1, "a_": {"z": 2, "_": 3}, "a": 4});
+        assert_eq!(v.to_string(), r#"{"a":4,"a_":{"_":3,"z":2},"b":1}"#);
+    }
+
     #[test]
     fn a_struct_prints_as_its_value_does() {
         let full = full();

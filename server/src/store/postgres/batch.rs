@@ -51,6 +51,9 @@ pub(super) enum Kind {
 /// One writer's request, and where its answer goes.
 pub(super) struct Request {
     pub rec: ProposalRecord,
+    /// The body's weight in the read cache, counted by the writer: not by the
+    /// batcher, which may be holding the audit head when a late member joins.
+    pub size: usize,
     pub body: String,
     pub events: Vec<AuditEvent>,
     pub kind: Kind,
@@ -143,6 +146,7 @@ pub(super) fn start(
 fn split(r: Request) -> ((Reply, Ticket), Member) {
     let Request {
         rec,
+        size,
         body,
         events,
         kind,
@@ -150,7 +154,6 @@ fn split(r: Request) -> ((Reply, Ticket), Member) {
         ticket,
         reply,
     } = r;
-    let size = held_weight(body.as_bytes());
     (
         (reply, ticket),
         Member {
@@ -741,9 +744,11 @@ impl PgStore {
         reply: Reply,
     ) -> Result<(), StoreError> {
         self.rt()?;
+        let body = encode(rec)?;
         let request = Request {
             rec: rec.clone(),
-            body: encode(rec)?,
+            size: held_weight(body.as_bytes()),
+            body,
             events,
             kind,
             lease_ms: self.lease.as_millis() as i64,

@@ -645,14 +645,21 @@ fn writes_queued_while_a_batch_waits_for_the_head_join_it() {
     let pid = ready.recv().unwrap();
     let (batches_before, members_before) = store.batch_counts();
 
-    let write = |f: Box<dyn FnOnce(&PgStore) -> String + Send>| {
-        let store = store.clone();
-        std::thread::spawn(move || f(&store))
+    // Each awaited write is queued when it is asked for (the futures only wait for
+    // the answers), so the order of the calls below is the order of the queue.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ev = |rec: &ProposalRecord| contract::ev(crate::audit::AuditKind::Decision, rec);
+    let at = |summary: &str| {
+        let mut r = target.clone();
+        r.revision = 1;
+        r.preview.summary = summary.into();
+        r
     };
-    let mut first = target.clone();
-    first.revision = 1;
-    first.preview.summary = "first".into();
-    let early = write(Box::new(move |s| format!("{:?}", s.update(&first, vec![]))));
+    let (first, second) = (at("first"), at("second"));
+    let early = store.update_async(&first, ev(&first));
     // The early write's batch is waiting for the head.
     let waiting = format!(
         "SELECT count(*)::text FROM pg_stat_activity WHERE {pid} = ANY(pg_blocking_pids(pid))"
@@ -665,41 +672,35 @@ fn writes_queued_while_a_batch_waits_for_the_head_join_it() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut late = Vec::new();
-    let mut second = target.clone();
-    second.revision = 1;
-    second.preview.summary = "second".into();
-    late.push(write(Box::new(move |s| match s.update(&second, vec![]) {
-        Ok(Cas::Conflict(cur)) => format!("conflict, handed {}", cur.preview.summary),
-        other => format!("{other:?}"),
-    })));
+    let claim = store.update_async(&second, ev(&second));
     let limits = PendingLimits {
         per_agent: 1,
         total: 100,
     };
-    for id in ["p-new-1", "p-new-2", "p-new-1"] {
-        // One at a time, so they queue in this order.
-        std::thread::sleep(Duration::from_millis(50));
-        let rec = contract::record(id, "agent2", 1_800_000_001);
-        late.push(write(Box::new(move |s| {
-            match s.create(&rec, vec![], limits) {
-                Ok(()) => "created".to_owned(),
-                Err(StoreError::Full(_)) => "full".to_owned(),
-                Err(StoreError::Exists(_)) => "exists".to_owned(),
-                Err(e) => format!("{e}"),
-            }
-        })));
-    }
-    std::thread::sleep(Duration::from_millis(200));
+    let new =
+        ["p-new-1", "p-new-2", "p-new-1"].map(|id| contract::record(id, "agent2", 1_800_000_001));
+    let creates: Vec<_> = new
+        .iter()
+        .map(|r| store.create_async(r, ev(r), limits))
+        .collect();
     to_holder.send(()).unwrap();
     holder.join().unwrap();
 
-    assert_eq!(early.join().unwrap(), "Ok(Applied)");
-    let answers: Vec<String> = late.into_iter().map(|t| t.join().unwrap()).collect();
-    assert_eq!(
-        answers,
-        ["conflict, handed first", "created", "full", "exists"]
-    );
+    assert!(matches!(rt.block_on(early), Ok(Cas::Applied)));
+    match rt.block_on(claim) {
+        Ok(Cas::Conflict(cur)) => assert_eq!(cur.preview.summary, "first"),
+        other => panic!("the late claim: {other:?}"),
+    }
+    let answers: Vec<String> = creates
+        .into_iter()
+        .map(|c| match rt.block_on(c) {
+            Ok(()) => "created".to_owned(),
+            Err(StoreError::Full(_)) => "full".to_owned(),
+            Err(StoreError::Exists(_)) => "exists".to_owned(),
+            Err(e) => format!("{e}"),
+        })
+        .collect();
+    assert_eq!(answers, ["created", "full", "exists"]);
     let (batches, members) = store.batch_counts();
     assert_eq!(
         (batches - batches_before, members - members_before),
@@ -713,6 +714,8 @@ fn writes_queued_while_a_batch_waits_for_the_head_join_it() {
         store.get(target.id()).unwrap().unwrap().preview.summary,
         "first"
     );
+    // The target's entry, then the early update's and the late create's, sealed
+    // in queue order into one chain.
     let (entries, head) = store.audit().unwrap();
-    assert_eq!(crate::audit::verify_chain(entries, head), Ok(1));
+    assert_eq!(crate::audit::verify_chain(entries, head), Ok(3));
 }
