@@ -70,10 +70,12 @@ impl McpHandler {
             return self.call_as(agent, request).await.map(Direct::Result);
         }
         Ok(match self.run_plain(agent, request).await? {
+            // Printing a `ToolOutput` cannot fail (string keys, no custom serialiser);
+            // were it to, the answer is `call_plain`'s.
             Ok(out) => match serde_json::to_string(&out) {
                 Ok(text) => Direct::Output(text),
-                Err(e) => Direct::Result(CallToolResult::structured(
-                    serde_json::to_value(out).unwrap_or_else(|_| Value::String(e.to_string())),
+                Err(_) => Direct::Result(CallToolResult::structured(
+                    serde_json::to_value(out).unwrap_or(Value::Null),
                 )),
             },
             Err(e) => Direct::Result(refusal(&e)),

@@ -193,7 +193,6 @@ impl FailStop {
         }
     }
 
-    /// Passes a write's result through, failing the store on a backend error.
     /// An awaited write: refused once the store has failed, timed by the watchdog
     /// while it is awaited, its error weighed as a blocking write's is. The write is
     /// only asked for after the refusal check (`write` runs inside the future).
@@ -208,6 +207,7 @@ impl FailStop {
         })
     }
 
+    /// Passes a write's result through, failing the store on a backend error.
     fn watch<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Backend(e)) = &r {
             fail(&self.failed, &self.halt, e.clone());

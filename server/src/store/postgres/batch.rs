@@ -50,15 +50,8 @@ pub(super) enum Kind {
 
 /// One writer's request, and where its answer goes.
 pub(super) struct Request {
-    pub rec: ProposalRecord,
-    /// The body's weight in the read cache, counted by the writer: not by the
-    /// batcher, which may be holding the audit head when a late member joins.
-    pub size: usize,
-    pub body: String,
-    pub events: Vec<AuditEvent>,
-    pub kind: Kind,
-    /// The claim lease this instance gives a record written EXECUTING.
-    pub lease_ms: i64,
+    /// What the transaction needs.
+    pub member: Member,
     /// The cache's stamp before the write was asked for.
     pub ticket: Ticket,
     pub reply: Reply,
@@ -127,67 +120,36 @@ pub(super) fn start(
     rt.spawn(async move {
         let mut conn: Option<deadpool_postgres::Object> = None;
         while let Some(first) = rx.recv().await {
-            // Everything already queued joins: the requests that arrived while the
-            // batch before was committing.
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(r) => batch.push(r),
-                    Err(_) => break,
-                }
-            }
-            run(&shared, &mut conn, batch, &mut rx).await;
+            run(&shared, &mut conn, first, &mut rx).await;
         }
     });
     tx
 }
 
-/// A request split into where its answer goes and what the transaction needs.
-fn split(r: Request) -> ((Reply, Ticket), Member) {
-    let Request {
-        rec,
-        size,
-        body,
-        events,
-        kind,
-        lease_ms,
-        ticket,
-        reply,
-    } = r;
-    (
-        (reply, ticket),
-        Member {
-            rec,
-            size,
-            body,
-            events,
-            kind,
-            lease_ms,
-        },
-    )
-}
-
-/// One batch, start to answers. `rx` is the queue: writes that arrive while the
-/// batch waits for the head lock join it once it holds the lock ([`transact`]).
+/// One batch, start to answers, from its `first` request. `rx` is the queue, taken
+/// from twice: now (the requests that arrived while the batch before was
+/// committing) and once the transaction holds the head ([`transact`]).
 async fn run(
     shared: &Shared,
     conn: &mut Option<deadpool_postgres::Object>,
-    batch: Vec<Request>,
+    first: Request,
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<Request>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     shared.stats.batches.fetch_add(1, Relaxed);
-    let (mut replies, mut members): (Vec<_>, Vec<_>) = batch.into_iter().map(split).collect();
-    let mut join_late = |room: usize| {
-        let mut late = Vec::new();
-        while late.len() < room {
+    let mut replies = vec![(first.reply, first.ticket)];
+    let mut members = vec![first.member];
+    // Up to `room` queued requests: their answers' ways kept here, in queue order.
+    let mut join = |room: usize| {
+        let mut joined = Vec::new();
+        while joined.len() < room {
             let Ok(r) = rx.try_recv() else { break };
-            let (reply, member) = split(r);
-            replies.push(reply);
-            late.push(member);
+            replies.push((r.reply, r.ticket));
+            joined.push(r.member);
         }
-        late
+        joined
     };
+    members.extend(join(MAX_BATCH - 1));
     let outbox = *shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
     let started = std::time::Instant::now();
     let done = tokio::time::timeout(CALL_TIMEOUT, async {
@@ -197,7 +159,7 @@ async fn run(
         let Some(c) = conn.as_mut() else {
             return Err(unreachable("no connection"));
         };
-        transact(c, &mut members, outbox, shared, &mut join_late).await
+        transact(c, &mut members, outbox, shared, &mut join).await
     })
     .await
     .unwrap_or_else(|_| Err(no_answer()));
@@ -292,14 +254,18 @@ async fn connect_batcher(pool: &Pool) -> Result<deadpool_postgres::Object, Store
     Ok(c)
 }
 
-struct Member {
-    rec: ProposalRecord,
-    /// The stored body's length (the body itself moves into the statements).
-    size: usize,
-    body: String,
-    events: Vec<AuditEvent>,
-    kind: Kind,
-    lease_ms: i64,
+/// One write, as the transaction decides and writes it.
+pub(super) struct Member {
+    pub rec: ProposalRecord,
+    /// The body's weight in the read cache ([`held_weight`]), counted by the writer,
+    /// not by the batcher, which may hold the audit head when a late member joins
+    /// (the body itself moves into the statements).
+    pub size: usize,
+    pub body: String,
+    pub events: Vec<AuditEvent>,
+    pub kind: Kind,
+    /// The claim lease this instance gives a record written EXECUTING.
+    pub lease_ms: i64,
 }
 
 struct Answer {
@@ -336,26 +302,35 @@ impl Rows {
     }
 }
 
-/// The transaction: lock, read, decide in order, write, commit. `join_late(room)`
+fn id_of(m: &Member) -> String {
+    m.rec.id().to_string()
+}
+
+fn agent_of(m: &Member) -> String {
+    m.rec.preview.requested_by.as_str().to_owned()
+}
+
+/// `keys` sorted, each once (the order the statements take and `binary_search` needs).
+fn sorted(keys: impl Iterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = keys.collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The transaction: lock, read, decide in order, write, commit. `join(room)`
 /// hands over up to `room` writes queued since the batch was formed.
 async fn transact(
     c: &mut deadpool_postgres::Object,
     members: &mut Vec<Member>,
     outbox: OutboxState,
     shared: &Shared,
-    join_late: &mut impl FnMut(usize) -> Vec<Member>,
+    join: &mut impl FnMut(usize) -> Vec<Member>,
 ) -> Result<Vec<Answer>, StoreError> {
     let tx: &deadpool_postgres::ClientWrapper = c;
-    let mut ids: Vec<String> = members.iter().map(|m| m.rec.id().to_string()).collect();
-    ids.sort();
-    ids.dedup();
-    let mut agents: Vec<String> = members
-        .iter()
-        .map(|m| m.rec.preview.requested_by.as_str().to_owned())
-        .chain([String::new()])
-        .collect();
-    agents.sort();
-    agents.dedup();
+    // The rows and counts to read (`""` is the total's).
+    let mut ids = sorted(members.iter().map(id_of));
+    let mut agents = sorted(members.iter().map(agent_of).chain([String::new()]));
     let wants_outbox = outbox.on;
     // Sent together (pipelined), executed in this order: the head lock first.
     let (by_ids, by_agents): ([Sql; 1], [Sql; 1]) = ([&ids], [&agents]);
@@ -383,24 +358,16 @@ async fn transact(
     // head again: with two instances, a batch waits here for the other's commit,
     // and its writers' next requests pile up behind it (BEGIN is sent first only
     // because it saves a round trip when the head is free).
-    let late = join_late(MAX_BATCH.saturating_sub(members.len()));
+    let late = join(MAX_BATCH.saturating_sub(members.len()));
     if !late.is_empty() {
-        let not_in = |have: &[String], want: Vec<String>| {
-            let mut new: Vec<String> = want
-                .into_iter()
-                .filter(|x| have.binary_search(x).is_err())
-                .collect();
-            new.sort();
-            new.dedup();
-            new
+        let not_in = |have: &[String], f: fn(&Member) -> String| {
+            sorted(
+                late.iter()
+                    .map(f)
+                    .filter(|x| have.binary_search(x).is_err()),
+            )
         };
-        let more_ids = not_in(&ids, late.iter().map(|m| m.rec.id().to_string()).collect());
-        let more_agents = not_in(
-            &agents,
-            late.iter()
-                .map(|m| m.rec.preview.requested_by.as_str().to_owned())
-                .collect(),
-        );
+        let (more_ids, more_agents) = (not_in(&ids, id_of), not_in(&agents, agent_of));
         let (by_ids, by_agents): ([Sql; 1], [Sql; 1]) = ([&more_ids], [&more_agents]);
         let (more_rows, more_counts) = futures::try_join!(
             async {
@@ -746,12 +713,14 @@ impl PgStore {
         self.rt()?;
         let body = encode(rec)?;
         let request = Request {
-            rec: rec.clone(),
-            size: held_weight(body.as_bytes()),
-            body,
-            events,
-            kind,
-            lease_ms: self.lease.as_millis() as i64,
+            member: Member {
+                rec: rec.clone(),
+                size: held_weight(body.as_bytes()),
+                body,
+                events,
+                kind,
+                lease_ms: self.lease.as_millis() as i64,
+            },
             ticket: self.cache.before_read(),
             reply,
         };
